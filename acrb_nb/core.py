@@ -11,9 +11,9 @@ from typing import Any, Mapping
 import numpy as np
 
 # %% auto #0
-__all__ = ['KEY_PACKAGES', 'canonical_json', 'sha256_hex', 'file_sha256', 'item_key', 'secret_values', 'check_no_secrets',
-           'redact', 'rng', 'seed_int', 'RunSpec', 'git_info', 'package_versions', 'environment_info', 'utcnow',
-           'atomic_write']
+__all__ = ['REDACTED', 'KEY_PATTERNS', 'KEY_PACKAGES', 'canonical_json', 'sha256_hex', 'file_sha256', 'item_key', 'secret_values',
+           'is_credential_name', 'check_no_secrets', 'redact', 'rng', 'seed_int', 'RunSpec', 'git_info',
+           'package_versions', 'environment_info', 'utcnow', 'atomic_write']
 
 # %% ../nbs/00_core.ipynb #84acb545
 def _freeze(o):
@@ -73,39 +73,62 @@ def item_key(*parts, # positional parts (e.g. a namespace such as "acrb.t2i")
     return sha256_hex({"parts": list(parts), "named": named})[:32]
 
 # %% ../nbs/00_core.ipynb #f2bfb6a8
-_SECRET_NAME = re.compile(r"(^|_)(api_?key|key|token|secret|password|passwd|credentials?)$", re.I)
-_SECRET_ENV = re.compile(r"(API_KEY|_TOKEN|_SECRET|_PASSWORD|_CREDENTIALS)$", re.I)
-_KEY_SHAPE = re.compile(r"^(sk-[A-Za-z0-9_\-]{16,}|AIza[0-9A-Za-z_\-]{30,})$")
+REDACTED = "***REDACTED***"
+_SECRET_ENV = re.compile(r"(?:^|_)(?:API_?KEY|TOKEN|SECRET|SECRET_KEY|ACCESS_KEY|PASSWORD|CREDENTIALS)$", re.I)
+_CRED_PARTS = {"key", "apikey", "token", "secret", "secrets", "password", "passwd", "credential", "credentials"}
+KEY_PATTERNS = {  # provider-shaped keys (bytes regexes, usable on files); look-arounds keep words and base64 data out
+    "openai-style key (sk-...)": re.compile(rb"(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]{20,}"),
+    "google-style key (AIza...)": re.compile(rb"(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}(?![A-Za-z0-9_-])"),
+}
+_KEY_HINT = ("API keys are read from environment variables only: set the key in the environment "
+             "(e.g. `export OPENAI_API_KEY=...` or `export GOOGLE_API_KEY=...`) and drop the parameter; "
+             "parameters are written into specs, manifests and published notebooks.")
 
-def secret_values(min_len:int=8, # ignore values shorter than this (too short to scan for safely)
+def secret_values(env:Mapping|None=None, # environment to read; `os.environ` by default
+                  min_len:int=8, # ignore values shorter than this (too short to scan for safely)
                  )->dict:
-    "Values of environment variables whose names look like credentials, e.g. `OPENAI_API_KEY`."
-    return {k: v for k, v in os.environ.items() if _SECRET_ENV.search(k) and v and len(v) >= min_len}
+    "Secret environment variables (`*_API_KEY`, `*_TOKEN`, `*_SECRET`, …): name → value."
+    env = os.environ if env is None else env
+    return {k: v for k, v in env.items() if _SECRET_ENV.search(k) and len(v.strip()) >= min_len}
+
+def is_credential_name(name:str)->bool:
+    "True if a parameter name looks like a credential (`api_key`, `*_key`, `token`, `secret`, `password`, …)."
+    parts = [p for p in re.split(r"[_\-\s.]+", name.lower()) if p]
+    return "api_key" in name.lower() or (bool(parts) and parts[-1] in _CRED_PARTS) or any(
+        p in _CRED_PARTS - {"key", "token"} for p in parts)
 
 def check_no_secrets(params:Mapping, # parameters about to be recorded (spec, papermill parameters, ...)
                      where:str="parameters", # what they are, for the error message
+                     env:Mapping|None=None, # environment whose secret values to look for; `os.environ` by default
+                     error:type=ValueError, # exception class to raise
                     ):
-    "Raise `ValueError` if a parameter is, or looks like, an API key."
-    secrets = set(secret_values().values())
+    "Raise `error` if a parameter name looks like a credential or a value holds an API key (never echoing it)."
+    secrets = secret_values(env)
     def walk(obj, path):
         if isinstance(obj, Mapping):
             for k, v in obj.items():
-                if _SECRET_NAME.search(str(k)) and v not in (None, "", False):
-                    raise ValueError(f"{where}: '{path}{k}' looks like a credential. API keys must come from environment "
-                                     f"variables (e.g. OPENAI_API_KEY, GOOGLE_API_KEY), never from parameters.")
-                walk(v, f"{path}{k}.")
-        elif isinstance(obj, (list, tuple)):
+                name = f"{path}{k}"
+                if is_credential_name(str(k)):
+                    raise error(f"{where}: parameter '{name}' looks like a credential and is refused. {_KEY_HINT}")
+                walk(v, f"{name}.")
+        elif isinstance(obj, (list, tuple, set, frozenset)):
             for i, v in enumerate(obj): walk(v, f"{path}{i}.")
-        elif isinstance(obj, str) and (obj in secrets or _KEY_SHAPE.match(obj)):
-            raise ValueError(f"{where}: the value of '{path.rstrip('.')}' is an API key. Set it in the environment "
-                             f"(e.g. OPENAI_API_KEY, GOOGLE_API_KEY) and pass only the model name.")
+        elif isinstance(obj, str):
+            name = path.rstrip(".")
+            var = next((k for k, v in secrets.items() if v in obj), None)
+            if var: raise error(f"{where}: the value of parameter '{name}' contains the value of environment variable "
+                                f"{var}; refused. {_KEY_HINT}")
+            kind = next((k for k, rx in KEY_PATTERNS.items() if rx.search(obj.encode())), None)
+            if kind: raise error(f"{where}: the value of parameter '{name}' looks like an API key ({kind}); refused. {_KEY_HINT}")
     walk(params, "")
 
 def redact(text:str, # text about to be written to a manifest, a log or a report
-           mask:str="***REDACTED***", # replacement
+           mask:str=REDACTED, # replacement
+           env:Mapping|None=None, # environment whose secrets to remove; `os.environ` by default
           )->str:
-    "Replace every secret value from the environment in `text`."
-    for v in sorted(secret_values().values(), key=len, reverse=True): text = text.replace(v, mask)
+    "Replace secret environment values and provider-shaped keys in `text`."
+    for v in sorted(secret_values(env).values(), key=len, reverse=True): text = text.replace(v, mask)
+    for rx in KEY_PATTERNS.values(): text = re.sub(rx.pattern.decode(), mask, text)
     return text
 
 # %% ../nbs/00_core.ipynb #2e43a5a8

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 # %% auto #0
-__all__ = ['REDACTED', 'HEADLINE_MIME', 'STUDIES', 'ParameterError', 'SecretParameterError', 'template_parameters', 'parse_value',
-           'secret_env_values', 'check_secrets', 'scan_for_secrets', 'check_parameters', 'headline', 'read_headlines',
-           'build_index', 'ReportResult', 'render_report', 'find_nbs', 'resolve_template', 'main']
+__all__ = ['HEADLINE_MIME', 'STUDIES', 'ParameterError', 'SecretParameterError', 'template_parameters', 'parse_value',
+           'check_secrets', 'scan_for_secrets', 'check_parameters', 'headline', 'read_headlines', 'build_index',
+           'ReportResult', 'render_report', 'find_nbs', 'resolve_template', 'main']
 
 # %% ../nbs/90_report.ipynb #78d9c5c8
 class ParameterError(ValueError):
@@ -59,53 +59,14 @@ def parse_value(s: str, # a raw `-p` value from the command line
     return s
 
 # %% ../nbs/90_report.ipynb #8b298273
-REDACTED = "***REDACTED***"
-_SECRET_ENV = re.compile(r"(?:^|_)(?:API_KEY|TOKEN|SECRET|SECRET_KEY|ACCESS_KEY|PASSWORD|CREDENTIALS)$", re.I)
-_CRED_PARTS = {"key", "apikey", "token", "secret", "secrets", "password", "passwd", "credential", "credentials"}
-_KEY_PATTERNS = {  # provider-shaped keys; the look-behind keeps words like "task-list" and base64 data out
-    "openai-style key (sk-...)": re.compile(rb"(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]{20,}"),
-    "google-style key (AIza...)": re.compile(rb"(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}(?![A-Za-z0-9_-])"),
-}
-
-def secret_env_values(env: Mapping[str, str] | None = None, # environment to read; `os.environ` by default
-                     ) -> dict[str, str]:
-    "Secret environment variables (`*_API_KEY`, `*_TOKEN`, `*_SECRET`, …) whose values have 8+ characters."
-    env = os.environ if env is None else env
-    return {k: v for k, v in env.items() if _SECRET_ENV.search(k) and len(v.strip()) >= 8}
-
-def _is_credential_name(name: str) -> bool:
-    parts = [p for p in re.split(r"[_\-\s.]+", name.lower()) if p]
-    return "api_key" in name.lower() or (bool(parts) and parts[-1] in _CRED_PARTS) or any(
-        p in _CRED_PARTS - {"key", "token"} for p in parts)
-
-def _strings(v):
-    "Every string inside a parameter value (lists and dicts included)."
-    if isinstance(v, str): yield v
-    elif isinstance(v, Mapping):
-        for k, x in v.items(): yield from _strings(k); yield from _strings(x)
-    elif isinstance(v, (list, tuple, set)):
-        for x in v: yield from _strings(x)
+from .core import REDACTED, KEY_PATTERNS, secret_values, check_no_secrets  # one set of secret rules for the whole toolkit
 
 # %% ../nbs/90_report.ipynb #018ea6bc
-_KEY_HINT = ("API keys are read from environment variables only: set the key in the environment "
-             "(e.g. `export OPENAI_API_KEY=...` or `export GOOGLE_API_KEY=...`) and drop the parameter; "
-             "parameters are written into the published notebook.")
-
 def check_secrets(params: Mapping[str, Any], # report parameters about to be passed to a template
                   env: Mapping[str, str] | None = None, # environment to compare values with; `os.environ` by default
                  ) -> None:
-    "Raise `SecretParameterError` if a parameter name or value looks like a credential."
-    secrets = secret_env_values(env)
-    for name, value in params.items():
-        if _is_credential_name(str(name)):
-            raise SecretParameterError(f"parameter {name!r} looks like a credential and is refused. {_KEY_HINT}")
-        for s in _strings(value):
-            var = next((k for k, v in secrets.items() if v in s), None)
-            if var: raise SecretParameterError(
-                f"the value of parameter {name!r} contains the value of environment variable {var}; refused. {_KEY_HINT}")
-            kind = next((k for k, rx in _KEY_PATTERNS.items() if rx.search(s.encode())), None)
-            if kind: raise SecretParameterError(
-                f"the value of parameter {name!r} looks like an API key ({kind}); refused. {_KEY_HINT}")
+    "Raise `SecretParameterError` if a parameter name or value looks like a credential (see `core.check_no_secrets`)."
+    check_no_secrets(params, "report parameters", env, SecretParameterError)
 
 # %% ../nbs/90_report.ipynb #db4a403a
 def _variants(value: str) -> set[bytes]:
@@ -124,7 +85,7 @@ def scan_for_secrets(paths, # a file, a folder (searched recursively) or a list 
                      env: Mapping[str, str] | None = None, # environment whose secrets to look for; `os.environ` by default
                     ) -> list[dict]:
     "Find (and optionally redact) secret env values and provider-shaped API keys in files."
-    secrets = {name: _variants(v) for name, v in secret_env_values(env).items()}
+    secrets = {name: _variants(v) for name, v in secret_values(env).items()}
     hits = []
     for path in _files(paths):
         data = path.read_bytes()
@@ -134,7 +95,7 @@ def scan_for_secrets(paths, # a file, a folder (searched recursively) or a list 
                 if n := masked.count(v):
                     found[name] = found.get(name, 0) + n
                     masked = masked.replace(v, REDACTED.encode())
-        for name, rx in _KEY_PATTERNS.items():  # provider-shaped keys not already found as an env value
+        for name, rx in KEY_PATTERNS.items():  # provider-shaped keys not already found as an env value
             if n := len(rx.findall(masked)):
                 found[name] = n
                 masked = rx.sub(REDACTED.encode(), masked)
