@@ -4,7 +4,7 @@
 
 # %% ../../nbs/05_adapters.base.ipynb #8eda8ac2
 from __future__ import annotations
-import abc, dataclasses, difflib, importlib, io, json, os, threading
+import abc, dataclasses, difflib, functools, importlib, io, json, os, threading
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 import numpy as np
@@ -112,6 +112,7 @@ class VisionJudge(Adapter):
              )->dict:
         "{'outcome': ok|refused|invalid, 'data': dict|None, 'raw_text', 'attempts', 'errors', 'usage'}."
         import jsonschema
+        validator = _validator(canonical_json(schema))
         messages = [{"role": "user", "content": instruction}]
         errors, usage = [], {}
         for attempt in range(1, self.max_invalid_retries + 2):
@@ -123,7 +124,7 @@ class VisionJudge(Adapter):
             text = r.get("text") or ""
             try:
                 data = json.loads(_strip_fences(text))
-                jsonschema.validate(data, schema)
+                validator.validate(data)
                 return {"outcome": "ok", "data": data, "raw_text": text, "refusal": None, "attempts": attempt,
                         "errors": errors, "usage": usage}
             except (json.JSONDecodeError, jsonschema.ValidationError) as e:
@@ -134,6 +135,15 @@ class VisionJudge(Adapter):
                                                         f"object that matches this schema: {json.dumps(schema)}"}]
         return {"outcome": "invalid", "data": None, "raw_text": text, "refusal": None, "attempts": attempt,
                 "errors": errors, "usage": usage}
+
+@functools.lru_cache(maxsize=64)
+def _validator(schema_json:str):
+    "A checked, reusable validator per schema (checking a schema costs ~15 ms; judging runs make thousands of calls)."
+    import jsonschema
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
 
 def _strip_fences(text:str)->str:
     "Remove a ```json fence that chat models like to add."
