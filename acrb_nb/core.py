@@ -13,7 +13,7 @@ import numpy as np
 # %% auto #0
 __all__ = ['REDACTED', 'KEY_PATTERNS', 'KEY_PACKAGES', 'canonical_json', 'sha256_hex', 'file_sha256', 'item_key', 'secret_values',
            'is_credential_name', 'check_no_secrets', 'redact', 'rng', 'seed_int', 'RunSpec', 'git_info',
-           'package_versions', 'environment_info', 'utcnow', 'atomic_write']
+           'package_versions', 'environment_info', 'utcnow', 'atomic_write', 'data_path']
 
 # %% ../nbs/00_core.ipynb #84acb545
 def _freeze(o):
@@ -257,3 +257,21 @@ def atomic_write(path, # destination file
         fd = os.open(path.parent, os.O_RDONLY); os.fsync(fd); os.close(fd)
     except OSError: pass
     return path
+
+# %% ../nbs/00_core.ipynb #0acce6aa
+def data_path(*parts:str, # path inside data/, e.g. "acrb", "attributes_v1.yaml"
+              must_exist:bool=True, # raise a helpful error when nothing is found
+             )->Path:
+    "Path of a shipped data file or folder: `$ACRB_NB_DATA/...`, else the repository's `data/...`."
+    here = globals().get("__file__")  # undefined when this cell runs inside a notebook
+    roots = [Path(os.environ["ACRB_NB_DATA"])] if os.environ.get("ACRB_NB_DATA") else []
+    if here: roots.append(Path(here).resolve().parents[1] / "data")
+    cwd = Path.cwd().resolve()
+    roots += [d / "data" for d in (cwd, *cwd.parents)]
+    for r in roots:
+        if (r.joinpath(*parts)).exists(): return r.joinpath(*parts)
+    if must_exist:
+        raise FileNotFoundError(f"data/{'/'.join(parts)} not found (searched {', '.join(str(r) for r in roots[:3])}, ...). "
+                                f"Install acrb_nb from a checkout of its repository (pip install -e .), or set ACRB_NB_DATA "
+                                f"to a copy of the repository's data/ folder.")
+    return roots[0].joinpath(*parts)

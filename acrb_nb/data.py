@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
-from .core import rng as _rng, sha256_hex, file_sha256, atomic_write, utcnow, package_versions
+from .core import data_path, rng as _rng, sha256_hex, file_sha256, atomic_write, utcnow, package_versions
 from .fairness import JIGSAW_IDENTITIES
 
 # %% auto #0
@@ -147,15 +147,8 @@ DATASETS = {i.name: i for i in [
 _ALIASES = {a: i.name for i in DATASETS.values() for a in (i.name, *i.aliases)}
 
 def toxicity_data_dir()->Path:
-    "Folder of the shipped toxicity data (`$ACRB_TOXICITY_DATA_DIR` if set, else `data/toxicity` of this checkout)."
-    env = os.environ.get("ACRB_TOXICITY_DATA_DIR")
-    if env: return Path(env)
-    import acrb_nb
-    p = Path(acrb_nb.__file__).resolve().parent.parent / "data" / "toxicity"
-    if not p.is_dir():
-        raise FileNotFoundError(f"toxicity data folder {p} not found: this install has no data/ folder. Set "
-                                f"ACRB_TOXICITY_DATA_DIR to a copy of the repository's data/toxicity, or pass paths explicitly.")
-    return p
+    "Folder of the shipped toxicity data (`core.data_path`: `$ACRB_NB_DATA/toxicity` or the repository's `data/toxicity`)."
+    return data_path("toxicity")
 
 def dataset_info(name:str, # dataset name or alias (`jigsaw`, `civil`, `wilds`, `sbic`, `hatexplain`, `toxigen`, `madlibs`)
                 )->DatasetInfo:

@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 from PIL import Image, ImageDraw, ImageFilter, ImageFont, ImageOps, ImageEnhance
-from ..core import rng, sha256_hex, canonical_json, file_sha256
+from ..core import data_path, rng, sha256_hex, canonical_json, file_sha256
 from ..adapters.base import load_image
 
 # %% auto #0
@@ -19,8 +19,7 @@ __all__ = ['PUBLIC_IMAGES', 'KINDS', 'FEATURES', 'REFUSAL_TEXTS', 'CONTENT_TEXTS
            'clip_refusal_scores', 'fit_clip_threshold']
 
 # %% ../../nbs/12_acrb.detect.ipynb #7ada9a21
-PUBLIC_IMAGES = Path(__file__).resolve().parents[2] / "data" / "images" / "public" if "__file__" in globals() else \
-    Path("../data/images/public")
+PUBLIC_IMAGES = data_path("images", "public", must_exist=False)  # public-domain / CC0 photographs (data/images/README.md)
 _BANNER_TEXTS = ["Content blocked", "This image was filtered", "Unable to generate image", "Image unavailable",
                  "Request violates content policy", "Safety filter", "Error 451", "Generation failed"]
 

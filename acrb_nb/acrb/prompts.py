@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 import pandas as pd
 import yaml
-from ..core import sha256_hex, file_sha256, item_key, seed_int, atomic_write
+from ..core import data_path, sha256_hex, file_sha256, item_key, seed_int, atomic_write
 from ..store import ItemStore, Run
 from ..runner import run_items, RetryPolicy
 
@@ -37,15 +37,9 @@ DOMAINS = {  # the nine safety domains of the ACRB paper (Table 1), with the ups
 SLOT = "{subject}"
 
 def acrb_data_dir()->Path:
-    "Folder of the shipped ACRB data files (`$ACRB_DATA_DIR` if set, else `data/acrb` of this checkout)."
-    env = os.environ.get("ACRB_DATA_DIR")
-    if env: return Path(env)
-    import acrb_nb
-    p = Path(acrb_nb.__file__).resolve().parent.parent / "data" / "acrb"
-    if not p.is_dir():
-        raise FileNotFoundError(f"ACRB data folder {p} not found: this install has no data/ folder. Set ACRB_DATA_DIR "
-                                f"to a copy of the repository's data/acrb, or pass file paths explicitly.")
-    return p
+    "Folder of the shipped ACRB data files (`core.data_path`: `$ACRB_NB_DATA/acrb` or the repository's `data/acrb`)."
+    return data_path("acrb")
+
 
 # %% ../../nbs/10_acrb.prompts.ipynb #603f41be
 _AN_PREFIXES = ("hour", "honest", "honor", "honour", "heir")  # silent h: "an hour"

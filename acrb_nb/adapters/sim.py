@@ -9,7 +9,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 import numpy as np
-from ..core import canonical_json, sha256_hex, rng
+from ..core import data_path, canonical_json, sha256_hex, rng
 from .base import (GenerationOutcome, ImageGenerator, ImageEditor, VisionJudge, TextLM, ImageTextEncoder,
                                    IMAGE_GENERATORS, IMAGE_EDITORS, VISION_JUDGES, TEXT_LMS, IMAGE_TEXT_ENCODERS,
                                    load_image, image_to_png)
@@ -24,17 +24,9 @@ __all__ = ['BLANK_KINDS', 'PAYLOAD_MAGIC', 'STRIP_ROWS', 'BLOCK', 'EXAMPLE_CUE_S
 # %% ../../nbs/05e_adapters.sim.ipynb #1c23a41b
 def sim_data_path(name:str, # file name inside data/sim/, e.g. "planted_acrb.yaml"
                  )->Path:
-    "Path of a file in the repository's `data/sim/` folder (or `$ACRB_NB_DATA/sim/`)."
-    starts = []
-    if os.environ.get("ACRB_NB_DATA"): starts.append(Path(os.environ["ACRB_NB_DATA"]) / "sim")
-    here = globals().get("__file__")  # undefined when this cell runs inside a notebook
-    for s in ([Path(here).resolve().parent] if here else []) + [Path.cwd().resolve()]:
-        starts += [d / "data" / "sim" for d in (s, *s.parents)]
-    for d in starts:
-        if (d / name).exists(): return d / name
-    raise FileNotFoundError(f"data/sim/{name} not found (looked in {len(starts)} folders, starting at {starts[0]}). "
-                            f"Run from a checkout of the acrb_nb repository, set ACRB_NB_DATA to its data/ folder, "
-                            f"or pass the config explicitly (a path or a dict).")
+    "Path of a file in the shipped `data/sim/` folder (`core.data_path`; `$ACRB_NB_DATA/sim/` first)."
+    return data_path("sim", name)
+
 
 # %% ../../nbs/05e_adapters.sim.ipynb #7ff6fedc
 _P_FIELDS = ("p_refuse_policy", "p_refuse_filter", "p_blank", "p_erase", "p_substitute")
