@@ -312,6 +312,7 @@ def _shuffle_within(labels, strata, n, rng, max_cells=4_000_000):
 
 def _perm_p(obs, null, alternative, adj):
     "Permutation p-value; `adj` = 1 for Monte Carlo (Phipson & Smyth), 0 for exact enumeration."
+    if not np.isfinite(obs): return float("nan")  # an undefined statistic has no p-value (never a small one)
     gamma = abs(obs) * np.finfo(float).eps * 100
     n = len(null)
     greater = ((null >= obs - gamma).sum() + adj) / (n + adj)
