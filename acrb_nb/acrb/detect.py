@@ -4,7 +4,7 @@
 
 # %% ../../nbs/12_acrb.detect.ipynb #5a67bb5a
 from __future__ import annotations
-import dataclasses, json, math
+import dataclasses, functools, json, math
 from pathlib import Path
 from typing import Sequence
 import numpy as np
@@ -256,6 +256,7 @@ def evaluate_detector(det:PixelRefusalDetector, features:pd.DataFrame, kinds)->p
                  "precision": p, "recall": r, "f1": f})
     return pd.DataFrame(rows)
 
+@functools.lru_cache(maxsize=8)
 def default_detector(seed:int=0)->PixelRefusalDetector:
     "The pixel detector fitted on the training half of the seeded fixture set (what Stage III uses by default)."
     imgs, labels = build_detector_fixtures(seed=seed)
