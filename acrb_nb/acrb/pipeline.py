@@ -48,13 +48,14 @@ def resolve_judge(judge:str, model:str)->str:
     if model.startswith("tiny"): return "clip:tiny-clip"
     return "clip:clip-vit-b-32"
 
-def _apply_judge(run, name, df, attrs, seed, prefix, max_workers):
+def _apply_judge(run, name, df, attrs, seed, prefix, max_workers, progress=None):
     if name.startswith("clip:"):
         enc = IMAGE_TEXT_ENCODERS.create(name.split(":", 1)[1])
         run.add_model(prefix, {"kind": "clip zero-shot cue scorer", **enc.describe()})
         out = clip_cues(enc, df, run, attrs, prefix=prefix)
         return out
-    return judge_cues(run, VISION_JUDGES.create(name), df, seed=seed, prefix=prefix, max_workers=max_workers)
+    return judge_cues(run, VISION_JUDGES.create(name), df, seed=seed, prefix=prefix, max_workers=max_workers,
+                      progress=progress)
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #b255c554
 @dataclasses.dataclass
@@ -91,13 +92,16 @@ def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry n
         raise ValueError(f"unknown domains {bad}; choose from {sorted(DOMAINS)}")
     reg = IMAGE_GENERATORS if mode == "t2i" else IMAGE_EDITORS
     reg.entry(model)  # fail early on an unknown name, listing the known ones
+    for n, v in (("n_base_prompts", n_base_prompts), ("images_per_prompt", images_per_prompt)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
+            raise ValueError(f"{n} must be an integer ≥ 1{' or None (all)' if n == 'n_base_prompts' else ''}, got {v!r}")
+    attrs = load_attributes(attribute_set, list(attributes) if attributes else None)  # before any folder is made
     params = dict(mode=mode, attributes=list(attributes) if attributes else None, domains=list(domains) if domains else None,
                   n_base_prompts=n_base_prompts, images_per_prompt=images_per_prompt, llm=llm,
                   judge=resolve_judge(judge, model), judge2=judge2, source_dir=source_dir, attribute_set=attribute_set)
     spec = RunSpec("acrb", model, params, seed)
     run = Run(spec, root=runs_root, run_dir=run_dir)
     try:
-        attrs = load_attributes(attribute_set, list(attributes) if attributes else None)
         run.add_input("attributes", data=[dataclasses.asdict(a) for a in attrs.variants])
         # Stage I
         if llm:
@@ -127,10 +131,10 @@ def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry n
         phr = {a.id: (a.subject, list(a.cues)) for a in attrs.variants}
         s3["subject"] = s3.attribute_id.map(lambda a: phr[a][0]); s3["cues"] = s3.attribute_id.map(lambda a: phr[a][1])
         j1 = params["judge"]
-        s3 = _apply_judge(run, j1, s3, attrs, seed, "judge", max_workers)
+        s3 = _apply_judge(run, j1, s3, attrs, seed, "judge", max_workers, progress)
         judges = (j1,)
         if judge2:
-            s3 = _apply_judge(run, judge2, s3, attrs, seed, "judge2", max_workers); judges = (j1, judge2)
+            s3 = _apply_judge(run, judge2, s3, attrs, seed, "judge2", max_workers, progress); judges = (j1, judge2)
         long = acrb_long(s3)
         summary = acrb_summary(long, model, mode, spec.run_id, n_boot=n_boot, seed=seed)
         summary["detector"] = det.describe()
@@ -138,7 +142,7 @@ def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry n
         if judge2: summary["judge_agreement"] = judge_agreement(s3, "judge", "judge2")
         write_summary(summary, run.dir / "acrb_summary.json")
         s3.drop(columns=["metadata"], errors="ignore").assign(cues=s3.cues.map(json.dumps)).to_parquet(run.dir / "stage3_evaluation.parquet", index=False)
-        run.write_manifest()
+        run.write_manifest("finished")  # stamps this session's end (a killed session stays "running")
         return AcrbResult(run, s1, s3, long, summary, judges)
     except BaseException:
         run.write_manifest("failed"); raise

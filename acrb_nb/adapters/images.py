@@ -329,7 +329,9 @@ class _DiffusersBase:
                 "steps": self.steps, "guidance": self.guidance, "guidance_arg": self.model.guidance_arg,
                 "size": list(self.size) if self.size else None, "call_kwargs": dict(self.call_kwargs),
                 "scheduler": type(sch).__name__ if sch is not None else None,
-                "scheduler_config": {k: v for k, v in dict(sch.config).items()} if sch is not None else None,
+                # diffusers' private keys (`_use_default_values` is a list made from a set: its order changes with
+                # PYTHONHASHSEED) would make every item key differ between processes, and no run could resume
+                "scheduler_config": {k: v for k, v in dict(sch.config).items() if not k.startswith("_")} if sch is not None else None,
                 "safety_checker": getattr(pipe, "safety_checker", None) is not None,
                 "license": self.model.license, "diffusers_version": diffusers.__version__}
 
@@ -587,12 +589,13 @@ class GeminiImages(ImageGenerator, ImageEditor):
                  *, aspect_ratio:str|None=None, # e.g. "1:1", "3:4" (None: model default)
                  safety_settings:Sequence|None=None, # google.genai SafetySetting list (None: API defaults)
                  temperature:float|None=None, # sampling temperature (None: API default)
-                 base_url:str|None=None, # API root (None: the public endpoint)
+                 base_url:str|None=None, # API root (None: GOOGLE_GEMINI_BASE_URL, else the public endpoint)
                  api_version:str|None=None, # e.g. "v1beta" (None: SDK default)
                  timeout:float=180.0, # seconds per request
                 ):
         self.model, self.name, self.aspect_ratio, self.timeout = model, model, aspect_ratio, timeout
-        self.safety_settings, self.temperature, self.base_url = safety_settings, temperature, base_url
+        self.safety_settings, self.temperature = safety_settings, temperature
+        self.base_url = base_url or os.environ.get("GOOGLE_GEMINI_BASE_URL")  # the endpoint really used, for describe()
         self.client = _genai_client(base_url=base_url, api_version=api_version, timeout=timeout)
 
     def _config(self, seed):
