@@ -179,8 +179,21 @@ def run_items(fn:Callable[[Any], Mapping], # work function: item -> JSON-seriali
               progress:bool|None=None, # tqdm bar (None: on unless ACRB_PROGRESS=0)
               desc:str="items", # progress bar label
               sleep:Callable[[float], None]=time.sleep, # injectable for tests
+              executor:str="local", # "local" (threads) or "ray" (actors that build `fn_factory` once; see `ray_exec`)
+              fn_factory:Callable|None=None, # for executor="ray": `() -> fn`, run once per worker (loads the model)
+              ray_options:Mapping|None=None, # for executor="ray": `run_items_ray` options (num_actors, num_gpus, ...)
              )->pd.DataFrame:
     "Run `fn` over `items` concurrently into `store`, resuming finished keys; one summary row per item."
+    if executor not in ("local", "ray"): raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
+    if executor == "ray":
+        if limiter is not None or tokens is not None:
+            raise ValueError("rate-limited (API-bound) stages run with executor='local': a provider's limit is enforced in one process")
+        from acrb_nb.ray_exec import run_items_ray
+        return run_items_ray(fn_factory or (lambda: fn), items, store, key=key, retry=retry, retry_failed=retry_failed,
+                             seed=seed, progress=progress, desc=desc, **(ray_options or {}))
+    if fn is None:
+        if fn_factory is None: raise TypeError("give fn (or fn_factory)")
+        fn = fn_factory()
     st = store.store if isinstance(store, Run) else store
     if not isinstance(st, ItemStore): raise TypeError(f"store must be an ItemStore or a Run, got {type(store).__name__}")
     if max_workers < 1: raise ValueError(f"max_workers must be ≥ 1, got {max_workers}")
