@@ -1,0 +1,116 @@
+"""Shared pytest set-up: the `slow` marker, an offline environment, and the reliability summary printed at the end.
+
+Reliability tests (tests/test_reliability_*.py) report their figures with the `reliability` fixture:
+
+    def test_x(reliability):
+        ...
+        reliability.add("faults", calls=512, refusals_misclassified=0)
+
+and `pytest_terminal_summary` prints one line per area, e.g.
+
+    RELIABILITY kill-resume: 5 pipelines, 15 kills, 0 lost, 0 duplicated, 0 repeated calls, metrics identical 5/5 [4/4 tests passed]
+
+`-m "not slow"` deselects the long cases for a quick local run; CI runs everything (`pytest tests/`).
+"""
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+# Hubs are unreachable in tests: fail fast instead of retrying (child processes inherit this).
+for _k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"): os.environ.setdefault(_k, "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+AREAS = ("kill-resume", "faults", "bad-inputs", "secrets", "determinism")
+
+
+class Reliability:
+    "Figures per area: numbers are summed, sets are unioned, lists extended, dicts merged, other values kept (last wins)."
+    def __init__(self):
+        self.figures = defaultdict(dict)
+        self.tests = defaultdict(lambda: {"passed": 0, "failed": 0, "skipped": 0})
+
+    def add(self, area, **figures):
+        if area not in AREAS: raise ValueError(f"unknown reliability area {area!r}; use one of {AREAS}")
+        f = self.figures[area]
+        for k, v in figures.items():
+            if isinstance(v, dict): f[k] = {**f.get(k, {}), **v}
+            elif isinstance(v, bool) or not isinstance(v, (int, float, set, list)): f[k] = v
+            elif isinstance(v, set): f[k] = f.get(k, set()) | v
+            elif isinstance(v, list): f[k] = f.get(k, []) + v
+            else: f[k] = f.get(k, 0) + v
+
+    def line(self, area) -> str:
+        f, t = self.figures.get(area, {}), self.tests.get(area)
+        g = lambda k, d=0: len(f[k]) if isinstance(f.get(k), set) else f.get(k, d)
+        if area == "kill-resume":
+            body = (f"{g('pipelines')} pipelines, {g('kills')} kills, {g('lost')} lost, {g('duplicated')} duplicated, "
+                    f"{g('repeated_calls')} repeated calls for finished items, metrics identical {g('identical')}/{g('compared')}"
+                    + (f" (pipelines: {', '.join(sorted(f['pipelines']))})" if f.get("pipelines") else ""))
+        elif area == "faults":
+            body = (f"{g('calls')} calls ({', '.join(f'{k} {v}' for k, v in sorted(f.get('calls_by_api', {}).items()))}), "
+                    f"{g('transient')} transient faults, {g('transient_as_refusal')} counted as refusals, "
+                    f"{g('refusals_ok')}/{g('refusals')} refusals+filtered classified correctly, "
+                    f"manifest vs server log mismatches {g('log_mismatches')}, Retry-After honoured {g('retry_after_ok')}/{g('retry_after')}")
+        elif area == "bad-inputs":
+            body = (f"{g('cases')} cases, {g('clear_errors')} clear errors naming the fix, {g('graceful')} documented graceful "
+                    f"handlings, {g('corrupted_runs')} existing runs corrupted")
+        elif area == "secrets":
+            body = (f"{g('templates')} report runs ({', '.join(sorted(f.get('template_names', set())))}), {g('files')} files "
+                    f"scanned, {g('hits')} hits, {g('redacted')} redactions needed, {g('refused')}/{g('refusal_cases')} key "
+                    f"parameters refused")
+        else:
+            body = (f"{g('configs')} configurations ({', '.join(sorted(f.get('config_names', set())))}), "
+                    f"{g('identical')}/{g('compared')} artefacts byte-identical (Stage I prompts, item keys, metrics JSON)")
+        status = "" if t is None else f" [{t['passed']}/{t['passed'] + t['failed']} tests passed" + (
+            f", {t['skipped']} skipped]" if t["skipped"] else "]")
+        return f"RELIABILITY {area}: {body}{status}"
+
+
+_REL = Reliability()
+
+
+@pytest.fixture(scope="session")
+def reliability() -> Reliability:
+    "The session's figure collector (see the module docstring)."
+    return _REL
+
+
+@pytest.fixture
+def run_tmp(tmp_path):
+    """A scratch folder for run folders and item stores: on tmpfs (/dev/shm) when there is one, else `tmp_path`.
+
+    The stores fsync every item (SQLite synchronous=FULL), which costs seconds per run on a busy disk. What these tests
+    kill is a *process*: the page cache survives SIGKILL, so tmpfs changes nothing about what they prove (power-loss
+    durability is SQLite's job, not theirs)."""
+    import shutil, tempfile
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        yield tmp_path; return
+    d = Path(tempfile.mkdtemp(prefix="acrb-rel-", dir=shm))
+    try: yield d
+    finally: shutil.rmtree(d, ignore_errors=True)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long case (kill-and-resume, fault injection, report runs); "
+                                       "deselect locally with -m 'not slow' (CI runs everything)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    area = getattr(item.module, "AREA", None)
+    if area is None: return
+    if rep.when == "call" or (rep.when == "setup" and not rep.passed):
+        _REL.tests[area]["skipped" if rep.skipped else "passed" if rep.passed else "failed"] += 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    areas = [a for a in AREAS if a in _REL.tests or a in _REL.figures]
+    if not areas: return
+    terminalreporter.section("reliability summary")
+    for a in areas: terminalreporter.write_line(_REL.line(a))
