@@ -136,7 +136,16 @@ def acrb_summary(long:pd.DataFrame, # from `acrb_long`
                               "refusal": {r.group: {"risk_difference": float(r.rd), "p": float(r.p), "p_adj": float(r.p_adj),
                                                     "reject": bool(r.reject)}
                                           for r in T.pairwise.itertuples()}}}
-    return json.loads(json.dumps(s, default=lambda o: None if o is None else float(o), allow_nan=True).replace("NaN", "null"))
+    return _json_clean(s)
+
+def _json_clean(o):
+    "Plain JSON values: numpy numbers to float, NaN/inf to None (JSON has no NaN), recursively."
+    if isinstance(o, dict): return {k: _json_clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)): return [_json_clean(v) for v in o]
+    if isinstance(o, (bool, np.bool_)): return bool(o)
+    if isinstance(o, (int, np.integer)): return int(o)
+    if isinstance(o, (float, np.floating)): return float(o) if np.isfinite(o) else None
+    return o
 
 def write_summary(summary:dict, path)->Path:
     "Write acrb_summary.json atomically with sorted keys."
