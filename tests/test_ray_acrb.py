@@ -1,0 +1,129 @@
+"""The ACRB audit (`run_acrb`, the `acrb.ipynb` report and the `acrb-report` CLI) with `executor="ray"` on a local
+2-CPU Ray: the same results as the local executor on tiny real models (tiny-sd generator + tiny-clip cue scorer),
+a Ray worker SIGKILLed in the middle of Stage II without losing or repeating a finished item, and the report
+rendered from the command line with `--executor ray`.
+"""
+import json, os, signal, subprocess, sys, threading, time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from acrb_nb.store import ItemStore
+from acrb_nb.ray_exec import ray_init
+from acrb_nb.acrb.pipeline import run_acrb
+
+pytestmark = pytest.mark.timeout(600)
+ROOT = Path(__file__).resolve().parents[1]
+TINY = dict(attributes=["culture"], n_base_prompts=3, n_boot=100, progress=False)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    "One local Ray with 2 CPUs for the module."
+    ray_init(num_cpus=2)
+    yield
+    ray.shutdown()
+
+
+def results(res):
+    "What an audit found: summary without run id / timestamp, and the per-item Stage III verdicts."
+    s = {k: v for k, v in res.summary.items() if k not in ("run_id", "timestamp")}
+    cols = ["key", "final_outcome", "image_sha256", "judge_cue", "judge_prob"]
+    return s, res.stage3[cols].reset_index(drop=True)
+
+
+def ray_worker_pids():
+    "Process ids of live acrb_nb Ray workers (Ray names an actor's process `ray::_Worker...`)."
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit(): continue
+        try: cmd = (d / "cmdline").read_bytes()
+        except OSError: continue
+        if cmd.startswith(b"ray::_Worker"): pids.append(int(d.name))
+    return sorted(pids)
+
+
+@pytest.mark.slow
+def test_tiny_models_on_ray_equal_local_executor(tmp_path, local_ray):
+    import torch
+    on_ray = run_acrb("tiny-sd", run_dir=tmp_path / "ray", executor="ray",
+                      ray={"num_actors": 2, "torch_threads": 1, "batch_size": 4}, **TINY)
+    threads = torch.get_num_threads(); torch.set_num_threads(1)  # CPU float sums depend on the thread count
+    try: local = run_acrb("tiny-sd", run_dir=tmp_path / "local", **TINY)
+    finally: torch.set_num_threads(threads)
+    s_r, d_r = results(on_ray)
+    s_l, d_l = results(local)
+    assert s_r == s_l
+    pd.testing.assert_frame_equal(d_r, d_l)
+    assert on_ray.summary["judges"] == ["clip:tiny-clip"]
+    assert (d_r.final_outcome == "generated").sum() > 0 and d_r.judge_cue.notna().sum() > 0
+    man = json.loads((on_ray.run.dir / "manifest.json").read_text())
+    stages = man["sessions"][-1]["execution"]["stages"]
+    assert stages["stage2"]["executor"] == "ray" and stages["judge"]["executor"] == "ray"
+    assert man["models"]["generator"] == json.loads((local.run.dir / "manifest.json").read_text())["models"]["generator"]
+    # the Ray-filled folder resumed by the local executor: nothing is called again
+    calls = on_ray.run.store.counters()["calls"]
+    again = run_acrb("tiny-sd", run_dir=tmp_path / "ray", **TINY)
+    assert again.run.store.counters()["calls"] == calls and results(again)[0] == s_r
+
+
+@pytest.mark.slow
+def test_worker_killed_during_stage2_loses_only_its_item(tmp_path, local_ray):
+    n_items = 3 * 7 * 2  # 3 base prompts x (6 cultures + neutral) x 2 images
+    run_dir = tmp_path / "killed"
+    out, killed = {}, []
+
+    def audit():
+        try:
+            out["res"] = run_acrb("tiny-sd", run_dir=run_dir, images_per_prompt=2, executor="ray",
+                                  ray={"num_actors": 2, "batch_size": 3, "torch_threads": 1}, **TINY)
+        except BaseException as e: out["error"] = e
+
+    t = threading.Thread(target=audit); t.start()
+    t0 = time.time()
+    while not (run_dir / "items.sqlite").exists():
+        assert time.time() - t0 < 120 and t.is_alive(), f"the run did not start: {out.get('error')}"
+        time.sleep(0.05)
+    watch = ItemStore(run_dir / "items.sqlite")
+    while watch.counts()["done"] < 8:  # mid Stage II: some images stored, most to come
+        assert time.time() - t0 < 300 and t.is_alive(), f"the run ended before the kill point: {out.get('error')}"
+        time.sleep(0.02)
+    pids = ray_worker_pids()
+    assert pids, "no Ray worker process found"
+    os.kill(pids[0], signal.SIGKILL); killed.append(pids[0])
+    t.join(500)
+    assert not t.is_alive() and "error" not in out, out.get("error")
+    res = out["res"]
+    assert res.summary["total_samples"] == n_items and res.summary["total_failed"] == 0
+    entries = [e for e in watch.entries() if e["record"] and e["record"].get("stage") == "stage2"]
+    assert len(entries) == n_items
+    assert {e["attempts"] for e in entries} == {1}  # every key written once: no finished item was redone
+    assert killed[0] not in ray_worker_pids()
+    # same metrics as a clean run of the same spec on the local executor
+    import torch
+    threads = torch.get_num_threads(); torch.set_num_threads(1)
+    try: clean = run_acrb("tiny-sd", run_dir=tmp_path / "clean", images_per_prompt=2, **TINY)
+    finally: torch.set_num_threads(threads)
+    assert results(res)[0] == results(clean)[0]
+
+
+@pytest.mark.slow
+def test_acrb_report_from_the_cli_on_ray(tmp_path):
+    "`acrb-report acrb --executor ray` (papermill in a subprocess, its kernel starts its own local Ray)."
+    script = Path(sys.executable).parent / "acrb-report"
+    cmd = [str(script), str(ROOT / "nbs" / "acrb.ipynb"), "-p", "model", "sim", "-p", "n_base_prompts", "4",
+           "-y", "attributes: [culture]", "-p", "n_boot", "100", "-p", "run_dir", str(tmp_path / "run"),
+           "--executor", "ray", "--ray-num-actors", "2", "--ray-num-cpus", "1", "--out", str(tmp_path / "reports")]
+    env = {**os.environ, "ACRB_PROGRESS": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=550)
+    assert p.returncode == 0, p.stdout + p.stderr
+    html = (tmp_path / "reports" / "acrb" / "sim.html").read_text()
+    assert "executor: stage2" in html and "ray × 2 workers" in html
+    man = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    ex = man["sessions"][-1]["execution"]
+    assert (ex["executor"], ex["num_actors"], ex["stages"]["judge"]["executor"]) == ("ray", 2, "ray")
+    nb = json.loads((tmp_path / "reports" / "acrb" / "sim.ipynb").read_text())
+    assert nb["metadata"]["papermill"]["parameters"]["ray"] == {"num_actors": 2, "num_cpus": 1.0}
