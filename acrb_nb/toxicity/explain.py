@@ -4,7 +4,7 @@
 
 # %% ../../nbs/22_toxicity.explain.ipynb #ceb0df28
 from __future__ import annotations
-import contextlib, html, math, re, tempfile
+import contextlib, functools, html, math, re, tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 import numpy as np
@@ -12,7 +12,9 @@ import pandas as pd
 from ..core import item_key, rng as _rng, sha256_hex
 from ..runner import run_items
 from .zeroshot import (EncodedPrompt, PromptEncoder, get_task, resolve_model, label_logprobs,
-                                       score_encoded, model_fingerprint, _hf_parts, _pad_id, _context_of, _store_of)
+                                       score_encoded, model_fingerprint, _hf_parts, _pad_id, _context_of, _store_of,
+                                       scoring_placement, _ray_pool, _per_task)
+from ..ray_exec import Execution
 
 # %% auto #0
 __all__ = ['ZERO_ID', 'IDENTITY_TERMS', 'ig_embedding', 'LabelMargin', 'baseline_ids', 'integrated_gradients', 'ig_per_step_loop',
@@ -133,6 +135,45 @@ def _token_pieces(row:EncodedPrompt, tok)->list:
         out.append(row.prompt[s:e] if e > s else tok.convert_ids_to_tokens(int(row.ids[i])))
     return out
 
+def _ig_parts(lm, task, chat, max_text_tokens)->tuple:
+    "(adapter, PromptEncoder) for IG; an API adapter (no gradients) raises."
+    parts = _hf_parts(lm)
+    if parts is None: raise TypeError(f"integrated gradients needs a local transformers model (gradients); "
+                                      f"{type(lm).__name__} is an API adapter")
+    return lm, PromptEncoder(parts[1], task, chat=chat, context=_context_of(parts[0]), max_text_tokens=max_text_tokens)
+
+def _ig_record(lm, enc:PromptEncoder, text:str, *, n_steps:int, internal_batch_size, baseline:str, baseline_scope:str,
+               tol:float, refine_to, method:str, settings:dict)->dict:
+    "One row's IG record (what the store keeps), refined with doubled steps while |delta| > tol when `refine_to` is set."
+    mdl, tok = _hf_parts(lm)
+    row = enc.encode([text])[0]
+    fn = LabelMargin(mdl, row, method=method)
+    base, steps = baseline_ids(row, tok, baseline, baseline_scope), int(n_steps)
+    with getattr(lm, "_lock", contextlib.nullcontext()):
+        while True:
+            r = integrated_gradients(fn, base, n_steps=steps, internal_batch_size=internal_batch_size)
+            if not refine_to or abs(r["delta"]) <= tol or 2 * steps > refine_to: break
+            steps *= 2
+    is_text = [row.text_span[0] <= i < row.text_span[1] for i in range(row.m)]
+    return {"outcome": "explained", "prompt": row.prompt, "tokens": _token_pieces(row, tok),
+            "token_ids": [int(i) for i in row.ids[:row.m]], "offsets": [list(o) for o in row.offsets[:row.m]],
+            "is_text": is_text, "attributions": [float(a) for a in r["attributions"]], "score": r["f_x"],
+            "f_baseline": r["f_baseline"], "sum_attr": r["sum_attr"], "delta": r["delta"],
+            "label_ids": [list(map(int, l)) for l in row.labels], "label_skip": list(row.skip),
+            "truncated": row.truncated, **settings, "n_steps": steps}
+
+def _ig_worker(model, model_kw:tuple, task:dict, chat, max_text_tokens, ig_kw:tuple)->Callable:
+    "Work-function factory run once in each Ray worker: loads the model; fn({'key', 'text'}) -> the row's IG record."
+    from acrb_nb.toxicity.explain import _ig_parts, _ig_record, resolve_model  # the installed module's (see `_zs_worker`)
+    lm, enc = _ig_parts(resolve_model(model, **dict(model_kw)), task, chat, max_text_tokens)
+    def work(item): return _ig_record(lm, enc, item["text"], **dict(ig_kw))
+    work.lm, work.enc = lm, enc
+    return work
+
+def _ig_info(fn)->dict:
+    from acrb_nb.toxicity.zeroshot import model_fingerprint
+    return {"model": model_fingerprint(fn.lm), "prompt": fn.enc.describe()}
+
 def explain_rows(data, # DataFrame, list of texts, or parquet/CSV path (as in `score_dataset`)
                  model, # registry name, hub id, folder, .gguf, HFCausalLM adapter or (model, tokenizer)
                  task="toxicity", # as in `score_dataset`
@@ -150,6 +191,7 @@ def explain_rows(data, # DataFrame, list of texts, or parquet/CSV path (as in `s
                  out=None, # parquet path, e.g. "outputs/zs_preds.ig.parquet"
                  heatmap_dir=None, # write one PNG per row here (the seed's `ig_heatmaps/rowN.png`)
                  progress:bool|None=None, # progress bar
+                 execution:Execution|str|Mapping|None=None, # "local", "ray" (one IG row per item on Ray actors), an `Execution` or a dict
                  **model_kw, # options for `resolve_model`
                 )->pd.DataFrame:
     "Integrated-gradients token attributions of the zero-shot label margin for selected rows."
@@ -163,43 +205,38 @@ def explain_rows(data, # DataFrame, list of texts, or parquet/CSV path (as in `s
         missing = [r for r in rows if r not in df.index]
         if missing: raise ValueError(f"rows {missing[:5]} are not in the data's index (index values, not positions)")
         sel = df.loc[list(rows)]
-    lm, tsk = resolve_model(model, **model_kw), get_task(task)
-    parts = _hf_parts(lm)
-    if parts is None: raise TypeError(f"integrated gradients needs a local transformers model (gradients); "
-                                      f"{type(lm).__name__} is an API adapter")
-    mdl, tok = parts
-    enc = PromptEncoder(tok, tsk, chat=chat, context=_context_of(mdl), max_text_tokens=max_text_tokens)
+    tsk, execution = get_task(task), Execution.of(execution)
+    where, why = scoring_placement(model, execution) if execution.is_ray else ("local", "executor='local'")
     settings = {"n_steps": int(n_steps), "baseline": baseline, "baseline_scope": baseline_scope, "method": method,
                 "tol": float(tol) if refine_to else None, "refine_to": int(refine_to) if refine_to else None}
-    fp = {"model": model_fingerprint(lm), "prompt": enc.describe(), "ig": settings, "version": 1}
+    ig_kw = dict(n_steps=int(n_steps), internal_batch_size=internal_batch_size, baseline=baseline,
+                 baseline_scope=baseline_scope, tol=float(tol), refine_to=refine_to, method=method, settings=settings)
     texts = ["" if t is None or (isinstance(t, float) and math.isnan(t)) else str(t) for t in sel[text_col]]
-    keys = [item_key("toxicity.ig", fp=sha256_hex(fp), text=sha256_hex(t)) for t in texts]
-    by_key = dict(zip(keys, texts))
-
-    def work(item):
-        row = enc.encode([by_key[item["key"]]])[0]
-        fn = LabelMargin(mdl, row, method=method)
-        base, steps = baseline_ids(row, tok, baseline, baseline_scope), int(n_steps)
-        with getattr(lm, "_lock", contextlib.nullcontext()):
-            while True:
-                r = integrated_gradients(fn, base, n_steps=steps, internal_batch_size=internal_batch_size)
-                if not refine_to or abs(r["delta"]) <= tol or 2 * steps > refine_to: break
-                steps *= 2
-        is_text = [row.text_span[0] <= i < row.text_span[1] for i in range(row.m)]
-        return {"outcome": "explained", "prompt": row.prompt, "tokens": _token_pieces(row, tok),
-                "token_ids": [int(i) for i in row.ids[:row.m]], "offsets": [list(o) for o in row.offsets[:row.m]],
-                "is_text": is_text, "attributions": [float(a) for a in r["attributions"]], "score": r["f_x"],
-                "f_baseline": r["f_baseline"], "sum_attr": r["sum_attr"], "delta": r["delta"],
-                "label_ids": [list(map(int, l)) for l in row.labels], "label_skip": list(row.skip),
-                "truncated": row.truncated, **settings, "n_steps": steps}
-
     store, run_obj, tmp = _store_of(run)
+    pool = None
     try:
-        uniq = list(dict.fromkeys(keys))
-        res = run_items(work, [{"key": k} for k in uniq], store, key=lambda it: it["key"], max_workers=1,
-                        progress=progress, desc=f"IG {tsk.name}")
-        got = {e["key"]: e["record"] for e in store.entries(status="done", keys=uniq)}
+        if where == "ray":  # each worker loads the model once; the driver asks one for what the keys need
+            pool = _ray_pool(functools.partial(_ig_worker, model, tuple(model_kw.items()), tsk.to_dict(), chat,
+                                               max_text_tokens, tuple(ig_kw.items())), execution)
+            info = pool.ask(_ig_info)
+        else:
+            lm, enc = _ig_parts(resolve_model(model, **model_kw), tsk, chat, max_text_tokens)
+            info = {"model": model_fingerprint(lm), "prompt": enc.describe()}
+        fp = {**info, "ig": settings, "version": 1}
+        keys = [item_key("toxicity.ig", fp=sha256_hex(fp), text=sha256_hex(t)) for t in texts]
+        by_key = dict(zip(keys, texts))
+        items = [{"key": k} for k in dict.fromkeys(keys)]
+        if pool is not None:
+            n = len(items) - sum(v == "done" for v in store.status_of(by_key).values())
+            res = pool.run(items, store, key=lambda it: it["key"], batch_size=_per_task(execution, n, pool),
+                           max_worker_deaths=execution.max_worker_deaths, progress=progress, desc=f"IG {tsk.name}",
+                           prepare=lambda it: {**it, "text": by_key[it["key"]]})  # the text travels with the item
+        else:
+            res = run_items(lambda it: _ig_record(lm, enc, by_key[it["key"]], **ig_kw), items, store,
+                            key=lambda it: it["key"], max_workers=1, progress=progress, desc=f"IG {tsk.name}")
+        got = {e["key"]: e["record"] for e in store.entries(status="done", keys=by_key)}
     finally:
+        if pool is not None: pool.shutdown()
         if tmp is not None: store.close(); tmp.cleanup()
     failed = res[res["status"] == "failed"]
     if len(failed): raise RuntimeError(f"IG failed for {len(failed)} row(s): {failed['error'].iloc[0]}")
@@ -208,7 +245,9 @@ def explain_rows(data, # DataFrame, list of texts, or parquet/CSV path (as in `s
         r = dict(got[k]); r.pop("outcome", None)
         out_rows.append({"idx": idx, **r, "flagged": abs(r["delta"]) > tol})
     ig = pd.DataFrame(out_rows)
-    ig.attrs.update(task=tsk.name, labels=list(tsk.labels), tol=tol, fingerprint=fp)
+    ig.attrs.update(task=tsk.name, labels=list(tsk.labels), tol=tol, fingerprint=fp, executor=where, placement=why,
+                    run={k: v for k, v in res.attrs.get("summary", {}).items() if k in ("items", "cached", "called",
+                         "done", "failed", "executor", "actors", "worker_deaths", "resubmitted_items")})
     if heatmap_dir is not None:
         hd = Path(heatmap_dir); hd.mkdir(parents=True, exist_ok=True)
         ig["heatmap"] = [str(plot_attributions(r, path=hd / f"row{r['idx']}.png")) for _, r in ig.iterrows()]

@@ -4,20 +4,22 @@
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #ff589373
 from __future__ import annotations
-import contextlib, dataclasses, inspect, math, tempfile, warnings
+import contextlib, dataclasses, functools, inspect, json, math, tempfile, warnings
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 from ..core import item_key, rng as _rng, sha256_hex
 from ..store import ItemStore, Run
 from ..runner import run_items
 from ..adapters.base import TEXT_LMS, TextLM
+from ..ray_exec import Execution, API_BACKENDS
 
 # %% auto #0
 __all__ = ['TASKS', 'CONTENT_FREE', 'ZeroShotTask', 'get_task', 'resolve_model', 'EncodedPrompt', 'PromptEncoder',
-           'label_logprobs', 'collate', 'batches_by_length', 'score_encoded', 'model_fingerprint', 'content_free_score',
-           'score_dataset', 'choose_threshold', 'calibration_report', 'plot_scores']
+           'label_logprobs', 'collate', 'batches_by_length', 'score_encoded', 'model_fingerprint', 'expand_batch_rows',
+           'content_free_score', 'score_dataset', 'scoring_placement', 'choose_threshold', 'calibration_report',
+           'plot_scores']
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #1cf79021
 _INSTRUCTION = "Decide if the following text is {positive} or {negative}. Answer with a single word."
@@ -409,6 +411,7 @@ class _HFBackend:
         self.enc = PromptEncoder(self.tok, task, chat=chat, context=_context_of(self.model), max_text_tokens=max_text_tokens)
         self.bs, self.mbt, self.method, self.pad = batch_size, max_batch_tokens, method, _pad_id(self.tok)
     def describe(self): return {"backend": "hf", "method": self.method, **self.enc.describe()}
+    def fingerprint(self): return model_fingerprint(self.lm)
     def lengths(self, texts): return [len(e.ids) for e in self.enc.encode(texts)]
     def score(self, texts:list)->list:
         rows = self.enc.encode(texts)
@@ -429,6 +432,7 @@ class _AdapterBackend:
         acc = set(inspect.signature(lm.score).parameters)
         self.kw = {k: v for k, v in {"return_details": True, "match": "prefix", "case_sensitive": False}.items() if k in acc}
     def describe(self): return {"backend": "adapter", "task": self.task.to_dict(), "max_chars": self.max_chars, **self.kw}
+    def fingerprint(self): return model_fingerprint(self.lm)
     def lengths(self, texts): return [len(t) for t in texts]
     def score(self, texts:list)->list:
         kept = [t if self.max_chars is None else t[:self.max_chars] for t in texts]
@@ -445,37 +449,79 @@ def _backend(lm, task, chat, max_text_tokens, batch_size, max_batch_tokens, meth
         return _HFBackend(lm, task, chat, max_text_tokens, batch_size, max_batch_tokens, method, share_prefix)
     return _AdapterBackend(lm, task, max_text_tokens)
 
+def _row_key(fph:str, text:str)->str: return item_key("toxicity.zeroshot", fp=fph, text=sha256_hex(text))
+def _batch_key(item:Mapping)->str: return item_key("toxicity.zeroshot.batch", item["keys"])
+
+def _row_record(rec:Mapping)->dict:
+    "What is stored for one row (non-finite numbers as null): the same record whichever executor scored it."
+    rec = {f: (None if isinstance(v, float) and not math.isfinite(v) else v) for f, v in rec.items()}
+    return {"outcome": "refused" if rec.get("refusal") else "scored", "kind": "zs_row", **rec}
+
+def _batch_record(recs:list)->dict:
+    return {"outcome": "scored", "kind": "zs_batch", "n_rows": len(recs),
+            "usage": {"prompt_tokens": int(sum(r.get("n_prompt_tokens") or 0 for r in recs))}}
+
+_PENDING = "toxicity.zeroshot.ray_batches" # store meta: Ray batch records whose rows may not be written yet
+
+def expand_batch_rows(store:ItemStore, # the driver's store
+                      batch_keys:Sequence[str]|None=None, # batch records to expand (None: those a Ray run left pending)
+                     )->int:
+    "Write the row records that finished Ray batch records carry and the store lacks (idempotent); returns how many."
+    pending = list(batch_keys) if batch_keys is not None else json.loads(store.get_meta(_PENDING, "[]"))
+    n = 0
+    for bk in pending:
+        e = store.get(bk) or {}
+        rows = (e.get("record") or {}).get("rows") if e.get("status") == "done" else None
+        if not rows: continue  # unfinished (its rows are still to do) or a local batch (its rows are written already)
+        have = store.status_of([k for k, _ in rows])
+        for k, rec in rows:
+            if have.get(k) != "done": store.put(k, rec); n += 1
+    if batch_keys is None and pending: store.set_meta(_PENDING, "[]")  # after the rows: a crash here only repeats this
+    return n
+
+def _passes(run:Callable, retry_failed:bool)->pd.DataFrame:
+    "`run(retry_failed)` once, and again for the batches an earlier run stored as failed when `retry_failed`."
+    res = run(False)
+    if retry_failed and (res["status"] == "failed").any():  # batches stored as failed by an earlier run
+        again = run(True)
+        s = {k: v + again.attrs["summary"].get(k, 0) for k, v in res.attrs.get("summary", {}).items()
+             if isinstance(v, int) and k in ("worker_deaths", "actor_restarts", "resubmitted_items", "worker_lost")}
+        again = again.set_index("key")
+        res = res.set_index("key"); res.update(again[["status", "error"]]); res = res.reset_index()
+        res.attrs["summary"] = s
+    return res
+
 def _score_texts(backend, texts:list, store:ItemStore, keys:list, *, batch_size:int, max_batch_tokens:int|None,
                  max_workers:int, progress, desc:str, retry_failed:bool=False)->tuple:
-    "Score the texts whose keys are not done, in length-sorted batches through `run_items`; returns (records, run summary)."
+    "Score the texts whose keys are not done, in length-sorted batches (threads or Ray actors); returns (records, run summary)."
     uniq = list(dict.fromkeys(keys))
     first = {k: i for i, k in reversed(list(enumerate(keys)))}
+    expand_batch_rows(store)  # rows of batches an interrupted Ray run finished but did not write out (usually none)
     status = store.status_of(uniq)
     todo = [k for k in uniq if status.get(k) != "done"]
     summary = {"rows": len(keys), "unique": len(uniq), "cached": len(uniq) - len(todo)}
     if todo:
         lens = backend.lengths([texts[first[k]] for k in todo])
         items = [{"keys": [todo[i] for i in b]} for b in batches_by_length(lens, batch_size, max_batch_tokens)]
-        def work(item):
-            st = store.status_of(item["keys"])
-            ks = [k for k in item["keys"] if st.get(k) != "done"]  # a retried batch skips rows already written
-            groups = [[k] for k in ks] if backend.per_row else ([ks] if ks else [])
-            recs = []
-            for g in groups:
-                rs = backend.score([texts[first[k]] for k in g]); recs += rs
-                for k, rec in zip(g, rs):
-                    rec = {f: (None if isinstance(v, float) and not math.isfinite(v) else v) for f, v in rec.items()}
-                    store.put(k, {"outcome": "refused" if rec.get("refusal") else "scored", "kind": "zs_row", **rec})
-            return {"outcome": "scored", "kind": "zs_batch", "n_rows": len(ks),
-                    "usage": {"prompt_tokens": int(sum(r.get("n_prompt_tokens") or 0 for r in recs))}}
-        kw = dict(key=lambda it: item_key("toxicity.zeroshot.batch", it["keys"]), max_workers=max_workers,
-                  progress=progress, desc=desc)
-        res = run_items(work, items, store, **kw)
-        if retry_failed and (res["status"] == "failed").any():  # batches stored as failed by an earlier run
-            again = run_items(work, items, store, retry_failed=True, **kw).set_index("key")
-            res = res.set_index("key"); res.update(again[["status", "error"]]); res = res.reset_index()
+        if getattr(backend, "pool", None) is not None:  # Ray actors: each batch record carries its rows
+            res = backend.run(items, store, {k: texts[first[k]] for k in todo}, progress=progress, desc=desc,
+                              retry_failed=retry_failed)
+        else:
+            def work(item):
+                st = store.status_of(item["keys"])
+                ks = [k for k in item["keys"] if st.get(k) != "done"]  # a retried batch skips rows already written
+                groups = [[k] for k in ks] if backend.per_row else ([ks] if ks else [])
+                recs = []
+                for g in groups:
+                    rs = backend.score([texts[first[k]] for k in g]); recs += rs
+                    for k, rec in zip(g, rs): store.put(k, _row_record(rec))
+                return _batch_record(recs)
+            res = _passes(lambda rf: run_items(work, items, store, key=_batch_key, max_workers=max_workers,
+                                               progress=progress, desc=desc, retry_failed=rf), retry_failed)
         summary.update(batches=len(items), failed_batches=int((res["status"] == "failed").sum()),
-                       errors=res.loc[res["status"] == "failed", "error"].dropna().unique().tolist()[:3])
+                       errors=res.loc[res["status"] == "failed", "error"].dropna().unique().tolist()[:3],
+                       **{k: v for k, v in res.attrs.get("summary", {}).items()
+                          if k in ("worker_deaths", "actor_restarts", "resubmitted_items", "worker_lost")})
     got = {e["key"]: e["record"] for e in store.entries(status="done", keys=uniq)}
     return [got.get(k) for k in keys], summary
 
@@ -489,8 +535,19 @@ def content_free_score(model, # as in `score_dataset`
                       )->float:
     "Log-odds of the positive label for content-free inputs (mean probability over `inputs`), for contextual calibration."
     df = score_dataset(list(inputs), model, task, contextual=False, progress=False, **kw)
-    p = float(np.nanmean(df["prob"].to_numpy()))
+    return _mean_logodds(df["prob"].to_numpy())
+
+def _mean_logodds(prob)->float:
+    p = float(np.nanmean(np.asarray(prob, float)))
     return float(np.log(p) - np.log1p(-p)) if 0 < p < 1 else float(np.sign(p - 0.5) * np.inf)
+
+def _content_free(backend, fph:str, store:ItemStore, inputs:Sequence[str]=CONTENT_FREE)->float:
+    "`content_free_score` with the backend (and the Ray workers) of the current call: same keys, no second model load."
+    texts = list(inputs)
+    recs, s = _score_texts(backend, texts, store, [_row_key(fph, t) for t in texts], batch_size=16, max_batch_tokens=None,
+                           max_workers=1 if isinstance(backend, _HFBackend) else 4, progress=False, desc="content-free")
+    if s.get("failed_batches"): warnings.warn(f"content-free scoring failed ({s['errors']}); score_cc may be NaN")
+    return _mean_logodds(_sigmoid(pd.to_numeric(pd.Series([(r or {}).get("score") for r in recs]), errors="coerce")))
 
 def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
                   model, # registry name, hub id, folder, .gguf path, TextLM adapter or (model, tokenizer)
@@ -511,6 +568,7 @@ def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
                   max_workers:int|None=None, # concurrent work items (default: 1 for local models, 4 for API models)
                   progress:bool|None=None, # progress bar (None: on unless ACRB_PROGRESS=0)
                   retry_failed:bool=False, # also retry batches that failed in an earlier run with the same `run`
+                  execution:Execution|str|Mapping|None=None, # "local" (threads), "ray", an `Execution` or a dict of its fields
                   **model_kw, # options for `resolve_model` (device, dtype, revision, ...)
                  )->pd.DataFrame:
     "Zero-shot label scores for every row: the seed's `zs_preds` columns plus probability, calibration and truncation."
@@ -523,22 +581,31 @@ def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
     if max_rows is not None: df = df.iloc[:int(max_rows)]
     for c in [label_col] * (label_col is not None) + list(id_cols or []):
         if c not in df.columns: raise ValueError(f"column {c!r} not in the data; columns are {list(df.columns)}")
-    lm, tsk = resolve_model(model, **model_kw), get_task(task)
-    backend = _backend(lm, tsk, chat, max_text_tokens, batch_size, max_batch_tokens, method, share_prefix)
-    fp = {"model": model_fingerprint(lm), "scorer": backend.describe(), "version": 1}
+    tsk, execution = get_task(task), Execution.of(execution)
+    where, why = scoring_placement(model, execution) if execution.is_ray else ("local", "executor='local'")
     texts = ["" if (isinstance(t, float) and math.isnan(t)) or t is None else str(t) for t in df[text_col].tolist()]
-    keys = [item_key("toxicity.zeroshot", fp=sha256_hex(fp), text=sha256_hex(t)) for t in texts]
     store, run_obj, tmp = _store_of(run)
+    pool = None
     try:
+        if where == "ray":  # the workers load the model; the driver asks one of them for what the keys need
+            pool = _ray_pool(functools.partial(_zs_worker, model, tuple(model_kw.items()), tsk.to_dict(), chat, max_text_tokens,
+                                               method, share_prefix), execution)
+            backend = _RayBackend(pool, execution)
+        else:
+            backend = _backend(resolve_model(model, **model_kw), tsk, chat, max_text_tokens, batch_size, max_batch_tokens,
+                               method, share_prefix)
+        fp = {"model": backend.fingerprint(), "scorer": backend.describe(), "version": 1}
+        fph = sha256_hex(fp)
+        keys = [_row_key(fph, t) for t in texts]
         if run_obj is not None: run_obj.add_model("zero_shot", fp["model"])
         recs, summary = _score_texts(backend, texts, store, keys, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
                                      max_workers=max_workers or (1 if isinstance(backend, _HFBackend) else 4),
                                      progress=progress, desc=f"zero-shot {tsk.name}", retry_failed=retry_failed)
-        cf = content_free_score(lm, tsk, chat=chat, max_text_tokens=max_text_tokens, method=method, share_prefix=share_prefix,
-                                run=store) \
-            if contextual else None
+        cf = _content_free(backend, fph, store) if contextual else None
     finally:
+        if pool is not None: pool.shutdown()
         if tmp is not None: store.close(); tmp.cleanup()
+    summary.update(executor=where, placement=why)
     rows = [{f: (r or {}).get(f) for f in _ROW_FIELDS} for r in recs]
     res = pd.DataFrame(rows, columns=list(_ROW_FIELDS))
     for c in ("lp_pos", "lp_neg", "score"): res[c] = pd.to_numeric(res[c], errors="coerce").astype(float)
@@ -554,13 +621,78 @@ def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
     for c in dict.fromkeys(copy):
         if c not in res.columns: res[c] = df[c].to_numpy()
     res.attrs.update(task=tsk.name, labels=list(tsk.labels), content_free_score=cf, run=summary,
-                     fingerprint=fp, label_texts=getattr(getattr(backend, "enc", None), "label_texts", list(tsk.labels)))
+                     fingerprint=fp, label_texts=fp["scorer"].get("label_texts", list(tsk.labels)))
     if summary.get("failed_batches"):
         warnings.warn(f"{summary['failed_batches']} batch(es) failed ({summary['errors']}); their rows have NaN scores "
                       f"and scored=False. Re-run with the same `run` and retry_failed=True to retry only them.")
     if out is not None:
         out = Path(out); out.parent.mkdir(parents=True, exist_ok=True); res.to_parquet(out, index=False)
     return res
+
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #3e72177c
+def scoring_placement(model, # as in `score_dataset`
+                      execution:Execution, # the requested executor
+                     )->tuple:
+    "('ray' | 'local', why): local transformers models given by name run on Ray actors; API-bound models stay on threads."
+    if not execution.is_ray: return "local", "executor='local'"
+    if isinstance(model, TextLM):
+        if _hf_parts(model) is None:
+            be = (model.describe() or {}).get("backend", type(model).__name__)
+            return "local", f"{type(model).__name__} is API-bound ({be}): threads and the shared rate limiter"
+    elif isinstance(model, (str, Path)):
+        s = str(model)
+        if s in TEXT_LMS.names():
+            be = TEXT_LMS.entry(s).backend
+            if be in API_BACKENDS: return "local", f"{s} is API-bound ({be}): threads and the shared rate limiter"
+            return "ray", f"{s} ({be}) is loaded once in each Ray worker"
+        return "ray", f"{s} (transformers) is loaded once in each Ray worker"
+    raise TypeError(f"executor='ray' needs the model by name (registry name, hub id, folder or .gguf path) so that each "
+                    f"worker loads its own copy; got a loaded {type(model).__name__}. Pass the name, or use executor='local'.")
+
+def _ray_pool(factory:Callable, execution:Execution):
+    "A `RayWorkerPool` for `factory` on the Ray that `execution` names (joined, or started here when not connected)."
+    from acrb_nb.ray_exec import RayWorkerPool, ray_init, _ray
+    if execution.address is not None or not _ray().is_initialized(): ray_init(execution.address)
+    return RayWorkerPool(factory, **execution.pool_kwargs())
+
+def _per_task(execution:Execution, n:int, pool)->int:
+    "Work items per Ray task: at most `execution.batch_size`, fewer when there are few so that every worker gets some."
+    return max(1, min(int(execution.batch_size), -(-int(n) // max(1, len(pool.actors)))))
+
+def _zs_worker(model, model_kw:tuple, task:dict, chat, max_text_tokens, method, share_prefix)->Callable:
+    "Work-function factory run once in each Ray worker: loads the model; fn(batch) -> the batch record with its rows."
+    # the installed module's functions (a copy defined in a notebook would be pickled by value, registry locks and all)
+    from acrb_nb.toxicity.zeroshot import resolve_model, _backend, _batch_record, _row_record
+    backend = _backend(resolve_model(model, **dict(model_kw)), task, chat, max_text_tokens, None, None, method, share_prefix)
+    def work(item):
+        recs = backend.score(list(item["texts"]))
+        return {**_batch_record(recs), "rows": [[k, _row_record(r)] for k, r in zip(item["keys"], recs)]}
+    work.backend = backend
+    return work
+
+def _zs_info(fn)->dict: return {"model": fn.backend.fingerprint(), "scorer": fn.backend.describe()}
+def _zs_lengths(texts:list, fn)->list: return fn.backend.lengths(texts)
+
+class _RayBackend:
+    "The driver's side of a scorer whose batches run on Ray actors: what the keys need is asked of a worker."
+    per_row = False
+    def __init__(self, pool, execution:Execution):
+        self.pool, self.execution = pool, execution
+        self.info = pool.ask(_zs_info)  # starts the workers (each loads the model once)
+    def describe(self): return self.info["scorer"]
+    def fingerprint(self): return self.info["model"]
+    def lengths(self, texts): return self.pool.ask(functools.partial(_zs_lengths, list(texts)))
+    def run(self, items:list, store:ItemStore, text_of:Mapping, *, progress, desc, retry_failed)->pd.DataFrame:
+        "The batches on the workers; then the rows of every finished batch written under their row keys."
+        old = json.loads(store.get_meta(_PENDING, "[]"))
+        store.set_meta(_PENDING, json.dumps(sorted({*old, *map(_batch_key, items)})))  # before any result arrives
+        prepare = lambda it: {**it, "texts": [text_of[k] for k in it["keys"]]}  # texts travel with the batch
+        n = len(items) - sum(v == "done" for v in store.status_of(map(_batch_key, items)).values())
+        run = lambda rf: self.pool.run(items, store, key=_batch_key, batch_size=_per_task(self.execution, n, self.pool),
+                                       retry_failed=rf, max_worker_deaths=self.execution.max_worker_deaths,
+                                       prepare=prepare, progress=progress, desc=desc)
+        try: return _passes(run, retry_failed)
+        finally: expand_batch_rows(store)
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #36756249
 def choose_threshold(y_true, # binary labels
