@@ -114,3 +114,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not areas: return
     terminalreporter.section("reliability summary")
     for a in areas: terminalreporter.write_line(_REL.line(a))
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    "One local Ray with 2 CPUs per test module that asks for it (starting one takes 10-30 s here); stopped after the module."
+    ray = pytest.importorskip("ray")
+    from acrb_nb.ray_exec import ray_init
+    ray_init(num_cpus=2)
+    yield
+    ray.shutdown()

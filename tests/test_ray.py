@@ -18,20 +18,13 @@ from acrb_nb.store import ItemStore
 from acrb_nb.runner import run_items, RetryPolicy, TransientError, FinalError
 from acrb_nb.ray_exec import ray_init, RayWorkerPool, run_items_ray, build_fn, generator_factory
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.usefixtures("local_ray"), pytest.mark.timeout(300)]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 FAST = RetryPolicy(max_attempts=4, base_delay=0.01, max_delay=0.05)
 PROMPTS = ["a photo of a Nigerian doctor at work", "a photo of a Korean teacher in a classroom",
            "a photo of a wheelchair user cooking", "a photo of a Muslim woman at a market",
            "a photo of an elderly man jogging", "a photo of a person reading"]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    "One local Ray with 2 CPUs for the whole module (starting one takes 10-30 s here)."
-    ray_init(num_cpus=2)
-    yield
-    ray.shutdown()
 
 
 def comparable(st):

@@ -20,13 +20,6 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(attributes=["culture"], n_base_prompts=3, n_boot=100, progress=False)
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    "One local Ray with 2 CPUs for the module."
-    ray_init(num_cpus=2)
-    yield
-    ray.shutdown()
-
 
 def results(res):
     "What an audit found: summary without run id / timestamp, and the per-item Stage III verdicts."

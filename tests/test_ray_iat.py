@@ -20,18 +20,11 @@ from acrb_nb.adapters.sim import SimImageGenerator, SimVisionJudge
 from acrb_nb.iat import (iat_study, load_iat_config, plan_profiles, needed_profiles, generate_profiles, attach_images,
                          make_trials, run_trials, trial_results, TextChoiceRef)
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.usefixtures("local_ray"), pytest.mark.timeout(300)]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 RAY2 = Execution.of("ray", {"num_actors": 2, "batch_size": 4})
 ARGS = dict(dimensions=["socioeconomic_status"], pairs_per_combo=2, words=3, n_boot=200, n_perm=200, progress=False)
 
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    "One local Ray with 2 CPUs for the whole module (starting one takes 10-30 s here)."
-    ray_init(num_cpus=2)
-    yield
-    ray.shutdown()
 
 
 def stored(path):

@@ -20,20 +20,13 @@ from acrb_nb.ray_exec import ray_init, Execution
 from acrb_nb.toxicity.zeroshot import score_dataset
 from acrb_nb.toxicity.explain import explain_rows
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.usefixtures("local_ray"), pytest.mark.timeout(300)]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 RAY2 = Execution("ray", num_actors=2, torch_threads=1)
 WORDS = ["you are", "I hate", "women are", "my muslim neighbours", "black people", "have a nice day", "gay people",
          "the jewish festival", "shut up", "thanks for", "the quick brown fox", "immigrants"]
 TEXTS = [f"{w} {' '.join(['very'] * (i % 5))} {i}" for i, w in enumerate(WORDS * 2)]  # 24 texts of varied lengths
 
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    "One local Ray with 2 CPUs for the whole module (starting one takes 10-30 s here)."
-    ray_init(num_cpus=2)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture
