@@ -32,11 +32,16 @@ install: $(VENV)/.installed
 sync-check: install
 	PATH="$(abspath $(BIN)):$$PATH" bash tools/sync_check.sh
 
+# Two workers on the 2-core build machine: a notebook or test waiting on a subprocess, a server or Ray overlaps with
+# another one computing (measured: nbdev_test 4.1 -> 2.9 min, pytest 7.1 -> ~4 min; see issue 15's note).
+NB_WORKERS ?= 2
+PYTEST_WORKERS ?= 2
+
 nbtest: install
-	$(BIN)/nbdev_test --flags slow --n_workers 1 --timing
+	$(BIN)/nbdev_test --flags slow --n_workers $(NB_WORKERS) --timing
 
 pytest: install
-	$(BIN)/pytest tests/
+	$(BIN)/pytest tests/ -n $(PYTEST_WORKERS) --dist loadgroup --durations=15
 
 test: sync-check nbtest pytest
 

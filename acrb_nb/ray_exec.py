@@ -30,7 +30,7 @@ def _ray():
 def ray_init(address:str|None=None, # None: start a local Ray; "auto": join this node's cluster; "ray://host:10001": Ray Client
              *, num_cpus:int|None=None, # CPUs of a local Ray (None: all cores); a cluster's are set by `ray start`
              num_gpus:int|None=None, # GPUs of a local Ray (None: detected)
-             env_vars:Mapping|None=None, # environment for every worker (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE are forwarded when set)
+             env_vars:Mapping|None=None, # extra environment for every worker (a local Ray's workers inherit this process's; when joining a cluster HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE / ACRB_PROGRESS are forwarded)
              quiet:bool=True, # keep worker logs out of the driver's output (log_to_driver=False)
              **kwargs, # more `ray.init` arguments (runtime_env, namespace, object_store_memory, ...)
             )->dict:
@@ -41,7 +41,10 @@ def ray_init(address:str|None=None, # None: start a local Ray; "auto": join this
     ray = _ray()
     if ray.is_initialized(): return ray.cluster_resources()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report from an offline audit machine
-    env = {k: os.environ[k] for k in _FORWARD_ENV if k in os.environ}
+    # A local Ray's workers are children of this process and inherit its environment; forwarding it through a
+    # runtime_env would only make every worker wait for the runtime-env agent (about 3 s per actor here).
+    joins = address is not None or bool(os.environ.get("RAY_ADDRESS"))
+    env = {k: os.environ[k] for k in _FORWARD_ENV if k in os.environ} if joins else {}
     env.update(env_vars or {})
     rt = dict(kwargs.pop("runtime_env", None) or {})
     if env: rt["env_vars"] = {**env, **dict(rt.get("env_vars") or {})}

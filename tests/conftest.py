@@ -12,7 +12,7 @@ and `pytest_terminal_summary` prints one line per area, e.g.
 
 `-m "not slow"` deselects the long cases for a quick local run; CI runs everything (`pytest tests/`).
 """
-import os
+import json, os
 from collections import defaultdict
 from pathlib import Path
 
@@ -21,6 +21,10 @@ import pytest
 # Hubs are unreachable in tests: fail fast instead of retrying (child processes inherit this).
 for _k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"): os.environ.setdefault(_k, "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Under pytest-xdist (`-n 2`) the workers share the cores: each gets its share of threads (set before torch is imported,
+# and inherited by the kernels, forks and servers a test starts), so OpenMP threads do not spin against each other.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 AREAS = ("kill-resume", "faults", "bad-inputs", "secrets", "determinism")
@@ -94,6 +98,14 @@ def run_tmp(tmp_path):
     finally: shutil.rmtree(d, ignore_errors=True)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under `pytest -n 2 --dist loadgroup` every Ray test runs on one worker, with that worker's one local Ray: two Ray
+    clusters on 2 cores would each starve the other, while the second worker runs the servers, subprocesses and kills."""
+    for item in items:
+        if "local_ray" in getattr(item, "fixturenames", ()) or item.module.__name__.startswith("test_ray"):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long case (kill-and-resume, fault injection, report runs); "
                                        "deselect locally with -m 'not slow' (CI runs everything)")
@@ -109,6 +121,30 @@ def pytest_runtest_makereport(item, call):
         _REL.tests[area]["skipped" if rep.skipped else "passed" if rep.passed else "failed"] += 1
 
 
+def _to_json(figures:dict)->dict:
+    return {a: {k: {"__set__": sorted(v)} if isinstance(v, set) else v for k, v in f.items()} for a, f in figures.items()}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    "An xdist worker hands its reliability figures to the controller (`-n 2`: each worker collects its own share)."
+    out = getattr(session.config, "workeroutput", None)
+    if out is not None:
+        out["reliability"] = json.dumps({"figures": _to_json(_REL.figures), "tests": dict(_REL.tests)})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    "The controller merges a finished xdist worker's figures (numbers summed, sets unioned, as `Reliability.add` does)."
+    data = getattr(node, "workeroutput", {}).get("reliability")
+    if not data: return
+    data = json.loads(data)
+    for area, figs in data["figures"].items():
+        for k, v in figs.items():
+            _REL.add(area, **{k: set(v["__set__"]) if isinstance(v, dict) and "__set__" in v else v})
+    for area, counts in data["tests"].items():
+        for k, n in counts.items(): _REL.tests[area][k] += n
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     areas = [a for a in AREAS if a in _REL.tests or a in _REL.figures]
     if not areas: return
@@ -116,9 +152,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for a in areas: terminalreporter.write_line(_REL.line(a))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def local_ray():
-    "One local Ray with 2 CPUs per test module that asks for it (starting one takes 10-30 s here); stopped after the module."
+    """One local Ray with 2 CPUs for the whole session (starting one takes 5-10 s here), stopped at its end. Every Ray
+    test shares it: pools and their workers are per test, so a test that kills a worker leaves nothing behind."""
     ray = pytest.importorskip("ray")
     from acrb_nb.ray_exec import ray_init
     ray_init(num_cpus=2)

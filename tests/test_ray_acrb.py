@@ -28,25 +28,38 @@ def results(res):
     return s, res.stage3[cols].reset_index(drop=True)
 
 
+def _ppid(pid):
+    try: return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError): return 0
+
+
 def ray_worker_pids():
-    "Process ids of live acrb_nb Ray workers (Ray names an actor's process `ray::_Worker...`)."
-    pids = []
+    """Process ids of live acrb_nb Ray workers of *this* process's local Ray (Ray names an actor's process
+    `ray::_Worker...`; it is a child of the raylet, a child of this process). Another test process's Ray — a parallel
+    pytest worker's — is not touched."""
+    me, pids = os.getpid(), []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit(): continue
         try: cmd = (d / "cmdline").read_bytes()
         except OSError: continue
-        if cmd.startswith(b"ray::_Worker"): pids.append(int(d.name))
+        if cmd.startswith(b"ray::_Worker") and _ppid(_ppid(int(d.name))) == me: pids.append(int(d.name))
     return sorted(pids)
 
 
-@pytest.mark.slow
-def test_tiny_models_on_ray_equal_local_executor(tmp_path, local_ray):
+@pytest.fixture(scope="module")
+def tiny_local(tmp_path_factory):
+    "The tiny-sd audit (2 images per prompt) on the local executor with one torch thread, as the Ray workers have."
     import torch
-    on_ray = run_acrb("tiny-sd", run_dir=tmp_path / "ray", executor="ray",
-                      ray={"num_actors": 2, "torch_threads": 1, "batch_size": 4}, **TINY)
     threads = torch.get_num_threads(); torch.set_num_threads(1)  # CPU float sums depend on the thread count
-    try: local = run_acrb("tiny-sd", run_dir=tmp_path / "local", **TINY)
+    try: return run_acrb("tiny-sd", run_dir=tmp_path_factory.mktemp("tiny") / "local", images_per_prompt=2, **TINY)
     finally: torch.set_num_threads(threads)
+
+
+@pytest.mark.slow
+def test_tiny_models_on_ray_equal_local_executor(tmp_path, local_ray, tiny_local):
+    on_ray = run_acrb("tiny-sd", run_dir=tmp_path / "ray", executor="ray", images_per_prompt=2,
+                      ray={"num_actors": 2, "torch_threads": 1, "batch_size": 4}, **TINY)
+    local = tiny_local
     s_r, d_r = results(on_ray)
     s_l, d_l = results(local)
     assert s_r == s_l
@@ -59,12 +72,55 @@ def test_tiny_models_on_ray_equal_local_executor(tmp_path, local_ray):
     assert man["models"]["generator"] == json.loads((local.run.dir / "manifest.json").read_text())["models"]["generator"]
     # the Ray-filled folder resumed by the local executor: nothing is called again
     calls = on_ray.run.store.counters()["calls"]
-    again = run_acrb("tiny-sd", run_dir=tmp_path / "ray", **TINY)
+    again = run_acrb("tiny-sd", run_dir=tmp_path / "ray", images_per_prompt=2, **TINY)
     assert again.run.store.counters()["calls"] == calls and results(again)[0] == s_r
 
 
+def summary(res):
+    "The metrics of an audit without its run id and timestamp."
+    return {k: v for k, v in res.summary.items() if k not in ("run_id", "timestamp")}
+
+
+def stored(st):
+    "key -> (status, outcome, record) of a store, without wall-clock fields (usage, metadata.seconds)."
+    out = {}
+    for e in st.entries():
+        r = dict(e["record"] or {}); r.pop("usage", None)
+        if isinstance(r.get("metadata"), dict): r["metadata"] = {k: v for k, v in r["metadata"].items() if k != "seconds"}
+        out[e["key"]] = (e["status"], e["outcome"], r)
+    return out
+
+
+@pytest.mark.parametrize("mode,kw", [("t2i", dict(attributes=["culture"], n_base_prompts=9)),
+                                     ("i2i", dict(attributes=["disability"], n_base_prompts=3))])
+def test_sim_audit_on_ray_equals_local_and_resumes_both_ways(tmp_path, local_ray, mode, kw):
+    """The simulator's generator (T2I) or editor (I2I: the source images go to the workers as bytes) and its VLM cue
+    judge on two Ray workers: every stored record (Stage II outcomes, provider codes, images; judge verdicts) and the
+    metrics equal the local executor's; the local executor over the Ray folder calls nothing, and (T2I) neither does Ray
+    over the local folder."""
+    kw = dict(mode=mode, n_boot=100, progress=False, **kw)
+    ray2 = {"num_actors": 2, "batch_size": 4}
+    loc = run_acrb("sim", run_dir=tmp_path / "local", **kw)
+    if mode == "t2i":  # Ray resumes the local folder: no call (one worker is enough to ask the model's describe())
+        calls = loc.run.store.counters()["calls"]
+        over_local = run_acrb("sim", run_dir=tmp_path / "local", executor="ray", ray={"num_actors": 1}, **kw)
+        assert over_local.run.store.counters()["calls"] == calls and summary(over_local) == summary(loc)
+    on_ray = run_acrb("sim", run_dir=tmp_path / "ray", executor="ray", ray=ray2, **kw)
+    assert summary(on_ray) == summary(loc)
+    cols = ["key", "final_outcome", "code", "image_sha256", "judge_outcome", "judge_cue", "judge_confidence", "judge_evidence"]
+    pd.testing.assert_frame_equal(on_ray.stage3[cols].reset_index(drop=True), loc.stage3[cols].reset_index(drop=True))
+    assert stored(on_ray.run.store) == stored(loc.run.store)
+    man, man_l = (json.loads((r.run.dir / "manifest.json").read_text()) for r in (on_ray, loc))
+    stages = man["sessions"][-1]["execution"]["stages"]
+    assert (stages["stage2"]["executor"], stages["judge"]["executor"]) == ("ray", "ray")
+    assert man["models"] == man_l["models"]                                   # describe() asked of a worker
+    calls = on_ray.run.store.counters()["calls"]
+    again = run_acrb("sim", run_dir=tmp_path / "ray", **kw)                   # the local executor resumes the Ray folder
+    assert again.run.store.counters()["calls"] == calls and summary(again) == summary(loc)
+
+
 @pytest.mark.slow
-def test_worker_killed_during_stage2_loses_only_its_item(tmp_path, local_ray):
+def test_worker_killed_during_stage2_loses_only_its_item(tmp_path, local_ray, tiny_local):
     n_items = 3 * 7 * 2  # 3 base prompts x (6 cultures + neutral) x 2 images
     run_dir = tmp_path / "killed"
     out, killed = {}, []
@@ -96,20 +152,20 @@ def test_worker_killed_during_stage2_loses_only_its_item(tmp_path, local_ray):
     assert {e["attempts"] for e in entries} == {1}  # every key written once: no finished item was redone
     assert killed[0] not in ray_worker_pids()
     # same metrics as a clean run of the same spec on the local executor
-    import torch
-    threads = torch.get_num_threads(); torch.set_num_threads(1)
-    try: clean = run_acrb("tiny-sd", run_dir=tmp_path / "clean", images_per_prompt=2, **TINY)
-    finally: torch.set_num_threads(threads)
-    assert results(res)[0] == results(clean)[0]
+    assert results(res)[0] == results(tiny_local)[0]
 
 
 @pytest.mark.slow
-def test_acrb_report_from_the_cli_on_ray(tmp_path):
-    "`acrb-report acrb --executor ray` (papermill in a subprocess, its kernel starts its own local Ray)."
+def test_acrb_report_from_the_cli_on_ray(tmp_path, local_ray):
+    """`acrb-report acrb --executor ray --ray-address <cluster>` (papermill in a subprocess): the report's kernel joins
+    a running Ray cluster — the session's — as a second driver, runs its stages there and disconnects at the end
+    without stopping the cluster. (Starting a local Ray is `ray_init(None)`, which the session's own start runs.)"""
+    address = ray.get_runtime_context().gcs_address
     script = Path(sys.executable).parent / "acrb-report"
     cmd = [str(script), str(ROOT / "nbs" / "acrb.ipynb"), "-p", "model", "sim", "-p", "n_base_prompts", "4",
            "-y", "attributes: [culture]", "-p", "n_boot", "100", "-p", "run_dir", str(tmp_path / "run"),
-           "--executor", "ray", "--ray-num-actors", "2", "--ray-num-cpus", "1", "--out", str(tmp_path / "reports")]
+           "--executor", "ray", "--ray-address", address, "--ray-num-actors", "2", "--ray-num-cpus", "1",
+           "--out", str(tmp_path / "reports")]
     env = {**os.environ, "ACRB_PROGRESS": "0", "RAY_USAGE_STATS_ENABLED": "0"}
     p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=550)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -119,4 +175,5 @@ def test_acrb_report_from_the_cli_on_ray(tmp_path):
     ex = man["sessions"][-1]["execution"]
     assert (ex["executor"], ex["num_actors"], ex["stages"]["judge"]["executor"]) == ("ray", 2, "ray")
     nb = json.loads((tmp_path / "reports" / "acrb" / "sim.ipynb").read_text())
-    assert nb["metadata"]["papermill"]["parameters"]["ray"] == {"num_actors": 2, "num_cpus": 1.0}
+    assert nb["metadata"]["papermill"]["parameters"]["ray"] == {"address": address, "num_actors": 2, "num_cpus": 1.0}
+    assert ray.is_initialized() and ray.cluster_resources()["CPU"] == 2.0      # the cluster outlived the report's driver

@@ -100,6 +100,32 @@ def test_local_model_instances_and_api_judges(tmp_path):
 
 
 @pytest.mark.slow
+def test_tiny_vlm_judge_on_ray_equals_local(tmp_path):
+    """A real VLM class, `tiny-qwen2-vl` (random weights), named by an `AdapterRef`: six trials on two Ray workers with
+    one torch thread each equal one local thread byte for byte (greedy decoding; a random model writes invalid JSON
+    and is re-asked, which is an outcome like any other)."""
+    import torch
+    from collections import Counter
+    cfg = load_iat_config().select(["socioeconomic_status"], 4, 0)
+    plan = plan_profiles(cfg, k=1, seed=0)
+    with Run(RunSpec("iat-images", "sim", {"vlm": 1}, 0), run_dir=tmp_path / "img") as irun:
+        pool = generate_profiles(SimImageGenerator(), needed_profiles(plan, cfg), irun, cfg)
+    trials = make_trials(attach_images(plan, pool), cfg, "seed", 0)[::4]  # 6 of 24, spread over the pairs and words
+    assert len(trials) == 6
+    qref = AdapterRef.of("vision_judge", "tiny-qwen2-vl")
+    th = torch.get_num_threads(); torch.set_num_threads(1)
+    try: q_loc = run_trials(qref, trials, ItemStore(tmp_path / "qwen_local" / "items.sqlite"), max_workers=1, progress=False)
+    finally: torch.set_num_threads(th)
+    q_ray = run_trials(qref, trials, ItemStore(tmp_path / "qwen_ray" / "items.sqlite"), progress=False,
+                       execution=Execution.of("ray", {"num_actors": 2, "torch_threads": 1, "batch_size": 2}))
+    assert q_ray.attrs["summary"]["executor"] == "ray" and q_ray.attrs["summary"]["done"] == 6
+    assert q_ray.attrs["model_info"] == q_loc.attrs["model_info"]
+    got, want = stored(tmp_path / "qwen_ray"), stored(tmp_path / "qwen_local")
+    assert got == want and len(got) == 6
+    print(Counter(v[1] for v in got.values()))
+
+
+@pytest.mark.slow
 def test_worker_killed_mid_run_is_recovered_and_every_trial_stored_once(tmp_path):
     pid_dir = tmp_path / "pids"; pid_dir.mkdir()
 

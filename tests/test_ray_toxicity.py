@@ -23,6 +23,7 @@ from acrb_nb.toxicity.explain import explain_rows
 pytestmark = [pytest.mark.usefixtures("local_ray"), pytest.mark.timeout(300)]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 RAY2 = Execution("ray", num_actors=2, torch_threads=1)
+RAY1 = Execution("ray", num_actors=1, torch_threads=1)  # resumes: one worker is enough to ask the model's fingerprint
 WORDS = ["you are", "I hate", "women are", "my muslim neighbours", "black people", "have a nice day", "gay people",
          "the jewish festival", "shut up", "thanks for", "the quick brown fox", "immigrants"]
 TEXTS = [f"{w} {' '.join(['very'] * (i % 5))} {i}" for i, w in enumerate(WORDS * 2)]  # 24 texts of varied lengths
@@ -66,6 +67,14 @@ def test_score_dataset_on_ray_equals_local_executor(tmp_path, one_thread):
     again = score_dataset(df, "tiny-gpt2", batch_size=4, run=tmp_path / "local", contextual=False,
                           execution={"executor": "ray", "num_actors": 1})
     assert again.attrs["run"]["cached"] == 24 and "batches" not in again.attrs["run"]
+    # a store the local executor filled half-way is finished on Ray: no finished row is scored again (every key written
+    # once), the rows Ray adds agree with the one-run scores (other batches, other padding: float-level differences)
+    score_dataset(df, "tiny-gpt2", max_rows=10, batch_size=4, run=tmp_path / "mix", contextual=False)
+    mix = score_dataset(df, "tiny-gpt2", batch_size=4, run=tmp_path / "mix", contextual=False, execution=RAY1)
+    assert (mix.attrs["run"]["cached"], mix.attrs["run"]["executor"]) == (10, "ray") and mix.attrs["run"]["batches"] >= 4
+    assert {a for _, a, _ in entries(tmp_path / "mix").values()} == {1} and len(rows(tmp_path / "mix")) == 24
+    pd.testing.assert_series_equal(mix["score"], loc["score"], atol=1e-4, rtol=0)
+    assert score_dataset(df, "tiny-gpt2", batch_size=4, run=tmp_path / "mix", contextual=False).attrs["run"]["cached"] == 24
 
 
 @pytest.mark.slow
@@ -123,5 +132,11 @@ def test_explain_rows_on_ray_equals_local_executor(tmp_path, one_thread):
     pd.testing.assert_frame_equal(ig_r, ig_l)
     assert entries(tmp_path / "ray").keys() == entries(tmp_path / "local").keys()
     # resumed on the other executor: nothing is explained again
-    again = explain_rows(df, "tiny-gpt2", rows=None, n_steps=8, run=tmp_path / "local", execution=RAY2)
+    again = explain_rows(df, "tiny-gpt2", rows=None, n_steps=8, run=tmp_path / "local", execution=RAY1)
     assert (again.attrs["run"]["cached"], again.attrs["run"]["called"]) == (5, 0)
+    # the local executor explains 2 rows, Ray the other 3 into the same store: each row once, the same attributions
+    explain_rows(df, "tiny-gpt2", rows=2, n_steps=8, run=tmp_path / "mix")
+    mix = explain_rows(df, "tiny-gpt2", rows=None, n_steps=8, run=tmp_path / "mix", execution=RAY1)
+    assert (mix.attrs["run"]["cached"], mix.attrs["run"]["called"]) == (2, 3)
+    assert {a for _, a, _ in entries(tmp_path / "mix").values()} == {1}
+    assert mix["attributions"].map(list).tolist() == ig_l["attributions"].map(list).tolist()

@@ -139,15 +139,10 @@ def test_fault_mix_chat_scoring(api, model, run_tmp, reliability, monkeypatch):
     """The chat APIs, through zero-shot toxicity scoring of the ToxiGen-200 sample (first-token log-probs): policy
     refusals (OpenAI `message.refusal`, Gemini `blockReason`) and filtered outputs (`finish_reason: content_filter`,
     `finishReason: SAFETY`) are refused rows; transient faults are retried and never refusals."""
-    import functools
     from acrb_nb.adapters.base import TEXT_LMS
-    from acrb_nb.runner import run_items
     from acrb_nb.toxicity import zeroshot
     from reliability_helpers import ROOT, label_logprobs
     for k, v in DUMMY_ENV.items(): monkeypatch.setenv(k, v)
-    # score_dataset has no `retry` argument: give its runner a quick policy (the default waits 0.5 s, 1 s, 2 s, ...)
-    monkeypatch.setattr(zeroshot, "run_items", functools.partial(
-        run_items, retry=RetryPolicy(max_attempts=6, base_delay=0.01, max_delay=0.05)))
     texts = list(dict.fromkeys(r["text"] for r in json.loads((ROOT / "data" / "toxicity" / "toxigen_200.json").read_text())))
     task = zeroshot.get_task("toxicity")
     prompt_of = {t: "\n".join(m["content"] for m in task.messages(t)) for t in texts}
@@ -157,7 +152,9 @@ def test_fault_mix_chat_scoring(api, model, run_tmp, reliability, monkeypatch):
     with Srv(PlanScript(tag), logprob_fn=label_logprobs) as srv:
         lm = TEXT_LMS.create(model, base_url=srv.base_url, timeout=0.3)
         run = Run(RunSpec("reliability-faults-chat", model, {"api": api, "n": len(texts)}, 0), run_dir=run_tmp / api)
-        res = zeroshot.score_dataset(texts, lm, run=run, batch_size=1, contextual=False, progress=False)
+        # a quick retry policy (the default waits 0.5 s, 1 s, 2 s, ...); 8 rows in flight as a user's run would have
+        res = zeroshot.score_dataset(texts, lm, run=run, batch_size=1, contextual=False, progress=False, max_workers=8,
+                                     retry=RetryPolicy(max_attempts=6, base_delay=0.01, max_delay=0.05))
         log = srv.calls()
         run.close()
     man = json.loads((run.dir / "manifest.json").read_text())

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/05a_adapters.text.ipynb #72be5c47
 from __future__ import annotations
-import importlib.util, math, os, threading, time
+import importlib.util, json, math, os, threading, time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 import numpy as np
@@ -12,7 +12,7 @@ from ..core import file_sha256, seed_int, sha256_hex
 from .base import TEXT_LMS, TextLM, pick_device, pick_dtype
 
 # %% auto #0
-__all__ = ['SMOLLM2_GGUF', 'tiny_tokenizer', 'HFCausalLM', 'tiny_gpt2', 'smollm2_folder', 'smollm2_135m',
+__all__ = ['SMOLLM2_GGUF', 'tiny_tokenizer', 'converted_gguf_dir', 'HFCausalLM', 'tiny_gpt2', 'smollm2_folder', 'smollm2_135m',
            'score_from_top_logprobs', 'OpenAIChatLM', 'GeminiLM']
 
 # %% ../../nbs/05a_adapters.text.ipynb #0cdd29b9
@@ -58,22 +58,69 @@ def tiny_tokenizer(vocab_size:int=400, # BPE vocabulary size (byte alphabet + me
 _MODEL_CACHE: dict = {}
 _MODEL_CACHE_LOCK = threading.Lock()
 
+def converted_gguf_dir(model_id, # the folder holding the GGUF file
+                       gguf_file:str, # GGUF file name inside `model_id`
+                       dtype=None, # the dtype the model is loaded in (part of the key)
+                      )->Path|None:
+    """Where a GGUF model converted to safetensors is kept: `$ACRB_CACHE_DIR` (default `~/.cache/acrb_nb`)/gguf/<name>-<key>,
+    keyed by the file's SHA-256, the dtype and the transformers / gguf versions; None when the file is not local or the
+    cache is off (`ACRB_GGUF_CACHE=0`)."""
+    p = Path(model_id) / gguf_file
+    if os.environ.get("ACRB_GGUF_CACHE", "1") == "0" or not p.is_file(): return None
+    from importlib.metadata import version
+    root = Path(os.environ.get("ACRB_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "acrb_nb")
+    key = sha256_hex(f"{file_sha256(p)}|{str(dtype).replace('torch.', '')}|transformers={version('transformers')}|gguf={version('gguf')}")
+    return root / "gguf" / f"{p.stem}-{key[:20]}"
+
+def _save_converted(model, tok, dest:Path):
+    "Write the dequantised model and its tokenizer to `dest` atomically (a temporary folder renamed); failures only warn."
+    import shutil, warnings
+    tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    q = getattr(model, "hf_quantizer", None)
+    try:
+        tmp.mkdir(parents=True, exist_ok=True)
+        model.hf_quantizer = None  # the weights are plain tensors after dequantisation: save them as such
+        model.save_pretrained(tmp); tok.save_pretrained(tmp)
+        cfg = tmp / "config.json"
+        c = json.loads(cfg.read_text()); c.pop("quantization_config", None); cfg.write_text(json.dumps(c, indent=2))
+        try: os.rename(tmp, dest)
+        except OSError: pass  # another process converted it first
+    except Exception as e:
+        warnings.warn(f"could not cache the converted GGUF model in {dest} ({type(e).__name__}: {e}); the next load "
+                      "converts it again. Set ACRB_CACHE_DIR to a writable folder, or ACRB_GGUF_CACHE=0 to silence this.")
+    finally:
+        model.hf_quantizer = q
+        shutil.rmtree(tmp, ignore_errors=True)
+
 def _load_causal_lm(model_id, gguf_file, revision, device, dtype, trust_remote_code, model_kwargs):
-    "(model, tokenizer) from the process cache or from disk / the hub."
+    """(model, tokenizer) from the process cache, from disk / the hub, or — for a local GGUF file — from its converted
+    copy (`converted_gguf_dir`): parsing and dequantising a GGUF takes ~20 s, reading the converted copy under a second."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     key = (str(model_id), gguf_file, revision, device, str(dtype), trust_remote_code, repr(sorted(model_kwargs.items())))
     with _MODEL_CACHE_LOCK:
         if key in _MODEL_CACHE: return _MODEL_CACHE[key]
-        common = dict(revision=revision, trust_remote_code=trust_remote_code)
-        if gguf_file: common["gguf_file"] = gguf_file
-        try:
-            tok = AutoTokenizer.from_pretrained(model_id, **common)
-            model = AutoModelForCausalLM.from_pretrained(model_id, dtype=dtype, **common, **model_kwargs)
-        except OSError as e:
-            raise OSError(f"could not load causal LM '{model_id}'{f' (gguf_file={gguf_file})' if gguf_file else ''}: {e}\n"
-                          "Give a hub id you can reach, or a local folder holding config.json + weights + tokenizer files "
-                          "(or the .gguf file); with HF_HUB_OFFLINE=1 only models already in the cache load.") from e
+        conv = converted_gguf_dir(model_id, gguf_file, dtype) if gguf_file and not model_kwargs else None
+        model = None
+        if conv is not None and (conv / "config.json").exists():
+            try:
+                tok = AutoTokenizer.from_pretrained(conv)
+                model = AutoModelForCausalLM.from_pretrained(conv, dtype=dtype)
+            except Exception as e:  # a damaged copy: convert again
+                import warnings
+                warnings.warn(f"ignoring the converted copy in {conv} ({type(e).__name__}: {e}); converting {gguf_file} again")
+                model = None
+        if model is None:
+            common = dict(revision=revision, trust_remote_code=trust_remote_code)
+            if gguf_file: common["gguf_file"] = gguf_file
+            try:
+                tok = AutoTokenizer.from_pretrained(model_id, **common)
+                model = AutoModelForCausalLM.from_pretrained(model_id, dtype=dtype, **common, **model_kwargs)
+            except OSError as e:
+                raise OSError(f"could not load causal LM '{model_id}'{f' (gguf_file={gguf_file})' if gguf_file else ''}: {e}\n"
+                              "Give a hub id you can reach, or a local folder holding config.json + weights + tokenizer files "
+                              "(or the .gguf file); with HF_HUB_OFFLINE=1 only models already in the cache load.") from e
+            if conv is not None: _save_converted(model, tok, conv)
         if "device_map" not in model_kwargs: model = model.to(device)
         model.eval()
         _MODEL_CACHE[key] = (model, tok)
