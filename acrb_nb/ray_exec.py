@@ -297,37 +297,6 @@ def shutdown(self:RayWorkerPool):
         except Exception: pass
     self.actors, self.infos = [], []
 
-# %% ../nbs/06_ray.ipynb #0e6063d8
-@patch
-def run(self:RayWorkerPool, items:Iterable, # work items (JSON-like; dicts usually)
-        store:ItemStore|Run, # where results go (the driver's store; workers never open it)
-        *, key:Callable[[Any], str]|None=None, # item -> key (default: hash of the item), as in `run_items`
-        batch_size:int=8, # items per task sent to a worker, at most
-        retry:RetryPolicy=RetryPolicy(), # transient-error policy, applied inside the workers
-        retry_failed:bool=False, # re-attempt only the items stored as failed
-        seed:int=0, # seeds the retry jitter
-        max_in_flight:int=2, # batches queued per worker (2 keeps a worker busy while a result travels)
-        max_worker_deaths:int=3, # an item whose worker died this many times is stored as failed ('worker_lost')
-        restart_timeout:float=600, # seconds to wait for Ray to restart a dead worker before giving it up
-        progress:bool|None=None, # tqdm bar (None: on unless ACRB_PROGRESS=0)
-        desc:str="items", # progress bar label
-        prepare:Callable[[Any], Any]|None=None, # item -> what is sent to the worker (e.g. with the image bytes a worker on another node cannot read from the driver's disk), applied as each batch is submitted
-       )->StageResult:
-    "Run the work function over `items` on the workers into `store`, resuming finished keys; one row per item, like `run_items`."
-    for name, v in (("batch_size", batch_size), ("max_in_flight", max_in_flight), ("max_worker_deaths", max_worker_deaths)):
-        if v < 1: raise ValueError(f"{name} must be ≥ 1, got {v}")
-    with RunLedger(items, store, key=key, retry_failed=retry_failed, progress=progress, desc=desc) as led:
-        loop = None
-        if led.todo:
-            self.start()
-            per_task = max(1, min(int(batch_size), -(-len(led.todo) // len(self.actors))))
-            loop = _DriverLoop(self, led, per_task, retry=retry, seed=seed, max_in_flight=max_in_flight,
-                               max_worker_deaths=max_worker_deaths, restart_timeout=restart_timeout, prepare=prepare)
-            loop.run()
-    extra = loop.extra if loop else {"worker_deaths": 0, "actor_restarts": 0, "resubmitted_items": 0, "worker_lost": 0,
-                                     "deaths": []}
-    return led.result(executor="ray", actors=len(self.actors), batch_size=loop.per_task if loop else int(batch_size), **extra)
-
 # %% ../nbs/06_ray.ipynb #c76461f6
 class _DriverLoop:
     "The driver's side of one `RayWorkerPool.run`: the queue of batches, the workers' slots, live batches and probes."
@@ -454,3 +423,35 @@ def run(self:_DriverLoop):
         ready, _ = self.ray.wait(waitables, num_returns=1, timeout=0.5)
         if ready: ready = self.ray.wait(waitables, num_returns=len(waitables), timeout=0)[0] or ready
         for w in ready: self.on_probe(w) if w in self.probes else self.on_result(w)
+
+# %% ../nbs/06_ray.ipynb #0e6063d8
+@patch
+def run(self:RayWorkerPool, items:Iterable, # work items (JSON-like; dicts usually)
+        store:ItemStore|Run, # where results go (the driver's store; workers never open it)
+        *, key:Callable[[Any], str]|None=None, # item -> key (default: hash of the item), as in `run_items`
+        batch_size:int=8, # items per task sent to a worker, at most
+        retry:RetryPolicy=RetryPolicy(), # transient-error policy, applied inside the workers
+        retry_failed:bool=False, # re-attempt only the items stored as failed
+        seed:int=0, # seeds the retry jitter
+        max_in_flight:int=2, # batches queued per worker (2 keeps a worker busy while a result travels)
+        max_worker_deaths:int=3, # an item whose worker died this many times is stored as failed ('worker_lost')
+        restart_timeout:float=600, # seconds to wait for Ray to restart a dead worker before giving it up
+        progress:bool|None=None, # tqdm bar (None: on unless ACRB_PROGRESS=0)
+        desc:str="items", # progress bar label
+        prepare:Callable[[Any], Any]|None=None, # item -> what is sent to the worker (e.g. with the image bytes a worker on another node cannot read from the driver's disk), applied as each batch is submitted
+       )->StageResult:
+    "Run the work function over `items` on the workers into `store`, resuming finished keys; one row per item, like `run_items`."
+    for name, v in (("batch_size", batch_size), ("max_in_flight", max_in_flight), ("max_worker_deaths", max_worker_deaths)):
+        if v < 1: raise ValueError(f"{name} must be ≥ 1, got {v}")
+    with RunLedger(items, store, key=key, retry_failed=retry_failed, progress=progress, desc=desc) as led:
+        loop = None
+        if led.todo:
+            self.start()
+            # at most batch_size items a task, fewer when there are few: each worker gets up to max_in_flight tasks at once
+            per_task = max(1, min(int(batch_size), -(-len(led.todo) // (len(self.actors) * max_in_flight))))
+            loop = _DriverLoop(self, led, per_task, retry=retry, seed=seed, max_in_flight=max_in_flight,
+                               max_worker_deaths=max_worker_deaths, restart_timeout=restart_timeout, prepare=prepare)
+            loop.run()
+    extra = loop.extra if loop else {"worker_deaths": 0, "actor_restarts": 0, "resubmitted_items": 0, "worker_lost": 0,
+                                     "deaths": []}
+    return led.result(executor="ray", actors=len(self.actors), batch_size=loop.per_task if loop else int(batch_size), **extra)
