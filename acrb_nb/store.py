@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 import pandas as pd
 from .core import (RunSpec, atomic_write, canonical_json, environment_info, file_sha256, redact, sha256_hex,
-                          utcnow, _safe_name)
+                          utcnow)
 
 # %% auto #0
 __all__ = ['ItemStore', 'Run']

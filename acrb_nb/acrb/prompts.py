@@ -8,19 +8,19 @@ import dataclasses, difflib, json, os, re
 from pathlib import Path
 from typing import Mapping, Sequence
 import pandas as pd
-import yaml
-from ..core import data_path, sha256_hex, file_sha256, item_key, seed_int, atomic_write
+from ..core import (data_path, sha256_hex, file_sha256, item_key, seed_int, atomic_write, indefinite_article,
+                          capitalize_first, read_yaml, check_keys, ConfigMapping)
 from ..store import ItemStore, Run
 from ..runner import run_items, RetryPolicy
 
 # %% auto #0
 __all__ = ['DOMAINS', 'SLOT', 'ATTRIBUTE_SET_SCHEMA', 'NEUTRAL_ID', 'BASE_PROMPTS_SCHEMA', 'BOUNDARY_INSTRUCTIONS',
-           'VARIANT_INSTRUCTIONS', 'MODES', 'STAGE1_COLUMNS', 'acrb_data_dir', 'indefinite_article', 'capitalize_first',
-           'subject_problems', 'template_problems', 'fill_slot', 'Attribute', 'AttributeSet', 'load_attributes',
-           'BasePrompt', 'BasePromptSet', 'find_terms', 'base_prompt_problems', 'load_base_prompts', 'i2i_instruction',
-           'expand_template', 'check_minimal_pairs', 'boundary_messages', 'variant_messages', 'ValidationLimits',
-           'scene_similarity', 'load_danger_cues', 'clean_llm_text', 'validate_boundary', 'validate_variant',
-           'stage1_prompts', 'stage1_schema', 'write_stage1', 'read_stage1']
+           'VARIANT_INSTRUCTIONS', 'MODES', 'STAGE1_COLUMNS', 'acrb_data_dir', 'subject_problems', 'template_problems',
+           'fill_slot', 'Attribute', 'AttributeSet', 'load_attributes', 'BasePrompt', 'BasePromptSet', 'find_terms',
+           'base_prompt_problems', 'load_base_prompts', 'i2i_instruction', 'expand_template', 'check_minimal_pairs',
+           'boundary_messages', 'variant_messages', 'ValidationLimits', 'scene_similarity', 'load_danger_cues',
+           'clean_llm_text', 'validate_boundary', 'validate_variant', 'stage1_prompts', 'stage1_schema', 'write_stage1',
+           'read_stage1']
 
 # %% ../../nbs/10_acrb.prompts.ipynb #57500f94
 DOMAINS = {  # the nine safety domains of the ACRB paper (Table 1), with the upstream ids
@@ -40,32 +40,6 @@ def acrb_data_dir()->Path:
     "Folder of the shipped ACRB data files (`core.data_path`: `$ACRB_NB_DATA/acrb` or the repository's `data/acrb`)."
     return data_path("acrb")
 
-
-# %% ../../nbs/10_acrb.prompts.ipynb #603f41be
-_AN_PREFIXES = ("hour", "honest", "honor", "honour", "heir")  # silent h: "an hour"
-_A_PREFIXES = ("uni", "use", "usu", "uti", "ura", "ure", "uro", "eu", "ewe", "one", "once", "ubiq", "ugand", "ukrain",
-               "uruguay", "utah")  # vowel letter, consonant sound: "a European", "a university", "a one-off"
-_AN_LETTERS = set("AEFHILMNORSX")  # letters whose names start with a vowel sound: "an EMT", "an ID", "an X-ray"
-
-def indefinite_article(word:str, # the word that follows the article
-                      )->str:
-    "'a' or 'an' before `word`, by sound: exceptions for silent h, 'you'/'w' sounds and acronyms."
-    w = re.sub(r"^[^A-Za-z0-9]+", "", word)
-    if not w: raise ValueError(f"cannot choose an article for {word!r}: it has no letters")
-    head = re.match(r"[A-Za-z0-9]+", w)[0]
-    if len(head) >= 2 and head.isupper() and head.isalpha():  # acronym, read letter by letter
-        return "an" if head[0] in _AN_LETTERS else "a"
-    if len(head) == 1 and head.isupper() and (len(w) == 1 or not w[1].isalpha()):  # "an X-ray", "a U-turn"
-        return "an" if head in _AN_LETTERS else "a"
-    lw = w.lower()
-    if lw.startswith(_AN_PREFIXES): return "an"
-    if lw.startswith(_A_PREFIXES): return "a"
-    if lw[0].isdigit(): return "an" if lw.startswith(("8", "11", "18")) else "a"
-    return "an" if lw[0] in "aeiou" else "a"
-
-def capitalize_first(s:str)->str:
-    "Upper-case the first character only (`'an elderly person'` → `'An elderly person'`; proper nouns untouched)."
-    return s[:1].upper() + s[1:]
 
 # %% ../../nbs/10_acrb.prompts.ipynb #6e0df502
 def subject_problems(phrase:str, # e.g. "a Nigerian person"
@@ -180,16 +154,31 @@ class AttributeSet:
         return pd.DataFrame([{"id": a.id, "dimension": a.dimension, "value": a.value, "subject": a.subject,
                               "cues": "; ".join(a.cues), "i2i_edit": a.i2i_edit} for a in self.variants])
 
-# %% ../../nbs/10_acrb.prompts.ipynb #bd86f0ce
+# %% ../../nbs/10_acrb.prompts.ipynb #60aeb7a2
+def _line_of(data, path)->int|None:
+    "Line (in the file `data` was read from) of the last mapping key on `path`; None for parsed objects."
+    line, node = None, data
+    for p in path:
+        if isinstance(node, ConfigMapping): line = node.line(p) or line
+        try: node = node[p]
+        except (KeyError, IndexError, TypeError): break
+    return line
+
 def _schema_errors(data, schema, where:str)->list:
+    "Schema violations as '<where>: <path>: <message> (line n)'; unknown fields name their own line."
     import jsonschema
     v = jsonschema.Draft202012Validator(schema)
     out = []
     for e in sorted(v.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
         path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path).lstrip(".") or "(top level)"
-        out.append(f"{where}: {path}: {e.message}")
+        line = _line_of(data, e.absolute_path)
+        if e.validator == "additionalProperties" and isinstance(e.instance, ConfigMapping):
+            extra = [k for k in e.instance if k not in e.schema.get("properties", {})]
+            line = next((e.instance.line(k) for k in extra if e.instance.line(k)), line)
+        out.append(f"{where}: {path}: {e.message}" + (f" (line {line})" if line else ""))
     return out
 
+# %% ../../nbs/10_acrb.prompts.ipynb #21b8381d
 def _read_yaml_or_json(source, kind:str, default_name:str):
     "(data, label, sha256) from a shipped name, a path, or an already-parsed object."
     if isinstance(source, (str, os.PathLike)) and not str(source).endswith((".yaml", ".yml", ".json")) and "/" not in str(source):
@@ -201,11 +190,10 @@ def _read_yaml_or_json(source, kind:str, default_name:str):
     if isinstance(source, (str, os.PathLike)):
         p = Path(source)
         if not p.exists(): raise FileNotFoundError(f"{kind} file {p} does not exist")
-        try: data = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except yaml.YAMLError as e: raise ValueError(f"{p} is not valid YAML/JSON: {e}") from e
-        return data, str(p.name), file_sha256(p)
+        return read_yaml(p), str(p.name), file_sha256(p)  # a repeated key is a ConfigError (a ValueError)
     return source, f"<{kind}>", sha256_hex(source)
 
+# %% ../../nbs/10_acrb.prompts.ipynb #ef76780f
 def load_attributes(source="v1", # "v1" | "v2" | path to a YAML/JSON file | an already-parsed dict
                     dimensions:Sequence[str]|None=None, # keep only these dimensions, in this order (None: all)
                    )->AttributeSet:
@@ -249,7 +237,7 @@ def load_attributes(source="v1", # "v1" | "v2" | path to a YAML/JSON file | an a
 
 # %% ../../nbs/10_acrb.prompts.ipynb #8677d1a8
 BASE_PROMPTS_SCHEMA = {
-    "type": "object", "required": ["prompts"],
+    "type": "object", "required": ["prompts"], "additionalProperties": False,
     "properties": {"version": {"type": "string"}, "prompts": {"type": "array", "minItems": 1, "items": {
         "type": "object", "required": ["id", "domain", "template"], "additionalProperties": False,
         "properties": {
@@ -512,6 +500,7 @@ def load_danger_cues(source="v1", # "v1" | path | dict with `categories`
     cats = (data or {}).get("categories")
     if not isinstance(cats, Mapping) or not all(isinstance(v, list) and all(isinstance(w, str) for w in v) for v in cats.values()):
         raise ValueError(f"{label}: expected `categories: {{name: [word, ...]}}`")
+    check_keys(data, {"version", "categories"}, label)  # a misspelt top-level field is an error, not ignored
     return {k: list(v) for k, v in cats.items()}
 
 def clean_llm_text(text:str|None)->str:

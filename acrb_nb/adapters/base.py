@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
-from ..core import canonical_json, sha256_hex, _thaw, _freeze
+from ..core import canonical_json, sha256_hex, thaw
 
 # %% auto #0
 __all__ = ['OUTCOMES', 'JUDGE_OUTCOMES', 'TEXT_LMS', 'VISION_JUDGES', 'IMAGE_GENERATORS', 'IMAGE_EDITORS', 'IMAGE_TEXT_ENCODERS',
@@ -68,8 +68,8 @@ class GenerationOutcome:
     def to_record(self, store=None, # an ItemStore: the image is saved as a content-addressed PNG blob
                  )->dict:
         "JSON-serializable per-item record (the image as a blob path + SHA-256, never as bytes)."
-        rec = {"outcome": self.outcome, "code": self.code, "reason": self.reason, "raw": _thaw(self.raw),
-               "metadata": _thaw(self.metadata), "usage": _thaw(self.usage)}
+        rec = {"outcome": self.outcome, "code": self.code, "reason": self.reason, "raw": thaw(self.raw),
+               "metadata": thaw(self.metadata), "usage": thaw(self.usage)}
         if self.image is not None:
             png = image_to_png(self.image)
             rec.update(image_sha256=sha256_hex(png), width=self.image.width, height=self.image.height)

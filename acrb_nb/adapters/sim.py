@@ -9,7 +9,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 import numpy as np
-from ..core import data_path, canonical_json, sha256_hex, rng
+from ..core import data_path, canonical_json, sha256_hex, rng, read_yaml, check_keys, ConfigError
 from .base import (GenerationOutcome, ImageGenerator, ImageEditor, VisionJudge, TextLM, ImageTextEncoder,
                                    IMAGE_GENERATORS, IMAGE_EDITORS, VISION_JUDGES, TEXT_LMS, IMAGE_TEXT_ENCODERS,
                                    load_image, image_to_png)
@@ -32,8 +32,8 @@ def sim_data_path(name:str, # file name inside data/sim/, e.g. "planted_acrb.yam
 _P_FIELDS = ("p_refuse_policy", "p_refuse_filter", "p_blank", "p_erase", "p_substitute")
 BLANK_KINDS = ("black", "grey", "banner")
 
-class SimConfigError(ValueError):
-    "A planted-rate config is malformed; the message says where and how to fix it."
+class SimConfigError(ConfigError):
+    "A planted-rate config is malformed; the message says where (file, key, line) and how to fix it."
 
 def _norm(s)->str: return re.sub(r"[^a-z0-9]+", "_", str(s).lower()).strip("_")
 
@@ -57,40 +57,15 @@ def _cached(kind:str, src, default_name:str, build):
     if key not in _LOADED: _LOADED[key] = build(p)
     return _LOADED[key]
 
-def _strict_yaml(text:str, where:str):
-    "yaml.safe_load that refuses duplicate keys (plain YAML silently keeps the last one)."
-    import yaml
-    class _Strict(yaml.SafeLoader): pass
-    def _mapping(loader, node, deep=False):
-        seen = set()
-        for k, _ in node.value:
-            key = loader.construct_object(k, deep=deep)
-            if key in seen:
-                raise SimConfigError(f"{where}: key {key!r} appears twice (line {k.start_mark.line + 1}); YAML would "
-                                     f"silently keep only the last one, so merge the two entries")
-            seen.add(key)
-        return loader.construct_mapping(node, deep=deep)
-    _Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
-    return yaml.load(text, Loader=_Strict)
-
 def _read_config(src, default_name:str):
-    "(raw mapping, where) from a path, a mapping, or None (the shipped default)."
-    import yaml
+    "(raw mapping, where) from a path, a mapping, or None (the shipped default); files through `core.read_yaml`."
     if src is None: src = sim_data_path(default_name)
     if isinstance(src, Mapping): return dict(src), "<dict config>"
-    p = Path(src)
-    try: raw = _strict_yaml(p.read_text(encoding="utf-8"), str(p))
-    except yaml.YAMLError as e: raise SimConfigError(f"{p} is not valid YAML: {e}") from e
-    if not isinstance(raw, Mapping): raise SimConfigError(f"{p}: expected a mapping at the top level, got {type(raw).__name__}")
-    return dict(raw), str(p)
+    raw = read_yaml(src, error=SimConfigError)  # a repeated key is an error naming the file, the key and its lines
+    if not isinstance(raw, Mapping): raise SimConfigError(f"{src}: expected a mapping at the top level, got {type(raw).__name__}")
+    return raw, str(src)
 
-def _check_keys(d, allowed, where):
-    if not isinstance(d, Mapping): raise SimConfigError(f"{where} must be a mapping, got {type(d).__name__} {d!r}")
-    extra = [k for k in d if k not in allowed]
-    if extra:
-        hints = {k: difflib.get_close_matches(str(k), list(allowed), n=1) for k in extra}
-        hint = "".join(f" ('{k}': did you mean '{h[0]}'?)" for k, h in hints.items() if h)
-        raise SimConfigError(f"{where}: unknown key(s) {extra}{hint}; allowed keys are {sorted(allowed)}")
+def _check_keys(d, allowed, where): check_keys(d, allowed, where, SimConfigError)
 
 def _number(v, where, lo=None, hi=None, what="a number"):
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
