@@ -11,12 +11,14 @@ import numpy as np
 from ..core import sha256_hex
 from .base import (GenerationOutcome, ImageGenerator, ImageEditor, IMAGE_GENERATORS, IMAGE_EDITORS,
                                    image_to_png, load_image, pick_device, pick_dtype)
+from .providers import (openai_client, genai_client, gemini_endpoint, enum_name, gemini_block,
+                                        GEMINI_FILTER_REASONS)
 
 # %% auto #0
-__all__ = ['DIFFUSION_MODELS', 'OPENAI_IMAGE_PRICES', 'OPENAI_POLICY_CODES', 'GEMINI_FILTER_REASONS', 'GOOGLE_IMAGE_PRICES',
-           'DiffusionModel', 'clip_tokenizer', 'tiny_pipeline', 'pipeline_revision', 'load_pipeline',
-           'clear_pipeline_cache', 'DiffusersGenerator', 'DiffusersEditor', 'openai_image_cost', 'OpenAIImages',
-           'GeminiImages', 'gemini_outcome', 'ImagenGenerator', 'imagen_block', 'imagen_outcome']
+__all__ = ['DIFFUSION_MODELS', 'OPENAI_IMAGE_PRICES', 'OPENAI_POLICY_CODES', 'GOOGLE_IMAGE_PRICES', 'DiffusionModel',
+           'clip_tokenizer', 'tiny_pipeline', 'pipeline_revision', 'load_pipeline', 'clear_pipeline_cache',
+           'DiffusersGenerator', 'DiffusersEditor', 'openai_image_cost', 'OpenAIImages', 'GeminiImages',
+           'gemini_outcome', 'ImagenGenerator', 'imagen_block', 'imagen_outcome']
 
 # %% ../../nbs/05c_adapters.images.ipynb #92e4a303
 @dataclasses.dataclass(frozen=True)
@@ -431,14 +433,6 @@ def openai_image_cost(model:str, # e.g. "gpt-image-1"
 _OPENAI_MODELS = {"gpt-image-1": {"edit": True, "b64_param": False}, "dall-e-3": {"edit": False, "b64_param": True},
                   "dall-e-2": {"edit": True, "b64_param": True}}
 
-def _openai_client(base_url:str|None, timeout:float):
-    import openai
-    key = os.environ.get("OPENAI_API_KEY")
-    if not key:
-        raise RuntimeError("OPENAI_API_KEY is not set: export it in the environment before starting Python "
-                           "(it is read from there only, never from a spec, a parameter or a notebook)")
-    return openai.OpenAI(api_key=key, base_url=base_url, max_retries=0, timeout=timeout)
-
 class OpenAIImages(ImageGenerator, ImageEditor):
     "OpenAI image generation and editing (gpt-image-1, DALL·E 3, DALL·E 2) through the official SDK, retries off."
     def __init__(self, model:str="gpt-image-1", # OpenAI image model id
@@ -453,7 +447,7 @@ class OpenAIImages(ImageGenerator, ImageEditor):
         self.quality = quality if quality is not None else ("standard" if model.startswith("dall-e") else "medium")
         self.caps = _OPENAI_MODELS.get(model, {"edit": True, "b64_param": model.startswith("dall-e")})
         self.params = params
-        self.client = _openai_client(base_url, timeout)
+        self.client = openai_client(base_url, timeout)
 
     def _request(self, kw)->dict:
         p = {"model": self.model, "n": 1, **self.params}
@@ -544,39 +538,12 @@ class OpenAIImages(ImageGenerator, ImageEditor):
                 "openai_version": openai.__version__}
 
 # %% ../../nbs/05c_adapters.images.ipynb #dfbe14e1
-GEMINI_FILTER_REASONS = frozenset({"SAFETY", "IMAGE_SAFETY", "PROHIBITED_CONTENT", "IMAGE_PROHIBITED_CONTENT",
-                                   "BLOCKLIST", "SPII", "RECITATION", "IMAGE_RECITATION", "MODEL_ARMOR"})
 GOOGLE_IMAGE_PRICES = {
     "as_of": "2025-09", "source": "https://ai.google.dev/gemini-api/docs/pricing (checked 2025-09; verify before budgeting)",
     "gemini-2.5-flash-image": {"per_image": 0.039, "input_per_token": 0.30e-6},
     "imagen-4.0-generate-001": {"per_image": 0.04}, "imagen-4.0-fast-generate-001": {"per_image": 0.02},
     "imagen-4.0-ultra-generate-001": {"per_image": 0.06}, "imagen-3.0-generate-002": {"per_image": 0.03},
 }
-
-def _enum_name(v)->str|None:
-    if v is None: return None
-    return getattr(v, "value", None) or getattr(v, "name", None) or str(v)
-
-def _genai_client(*, vertexai:bool=False, base_url=None, api_version=None, timeout=None, project=None, location=None):
-    from google import genai
-    from google.genai import types
-    ho = types.HttpOptions(base_url=base_url, api_version=api_version,
-                           timeout=int(timeout * 1000) if timeout else None, retry_options=types.HttpRetryOptions(attempts=1))
-    if vertexai:
-        project = project or os.environ.get("GOOGLE_CLOUD_PROJECT")
-        if project:
-            return genai.Client(vertexai=True, project=project,
-                                location=location or os.environ.get("GOOGLE_CLOUD_LOCATION") or "us-central1", http_options=ho)
-        if os.environ.get("GOOGLE_API_KEY"):
-            return genai.Client(vertexai=True, api_key=os.environ["GOOGLE_API_KEY"], http_options=ho)
-        raise RuntimeError("Imagen runs on Vertex AI: set GOOGLE_CLOUD_PROJECT (and GOOGLE_CLOUD_LOCATION) with "
-                           "application-default credentials (`gcloud auth application-default login`), or GOOGLE_API_KEY "
-                           "for Vertex AI express mode")
-    key = os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY")
-    if not key:
-        raise RuntimeError("GEMINI_API_KEY (or GOOGLE_API_KEY) is not set: export it in the environment "
-                           "(it is read from there only, never from a spec, a parameter or a notebook)")
-    return genai.Client(api_key=key, http_options=ho)
 
 def _google_cost(model:str, images:int, prompt_tokens:int|None=None)->float|None:
     p = GOOGLE_IMAGE_PRICES.get(model)
@@ -595,8 +562,8 @@ class GeminiImages(ImageGenerator, ImageEditor):
                 ):
         self.model, self.name, self.aspect_ratio, self.timeout = model, model, aspect_ratio, timeout
         self.safety_settings, self.temperature = safety_settings, temperature
-        self.base_url = base_url or os.environ.get("GOOGLE_GEMINI_BASE_URL")  # the endpoint really used, for describe()
-        self.client = _genai_client(base_url=base_url, api_version=api_version, timeout=timeout)
+        self.base_url = gemini_endpoint(base_url, default=None)  # the endpoint really used, for describe()
+        self.client = genai_client(base_url, timeout, api_version=api_version)
 
     def _config(self, seed):
         from google.genai import types
@@ -641,10 +608,9 @@ def gemini_outcome(resp, # a google.genai GenerateContentResponse
     ct = getattr(um, "candidates_token_count", None) if um is not None else None
     usage = {k: v for k, v in {"input_tokens": pt, "output_tokens": ct}.items() if v is not None}
     md = dict(metadata)
-    pf = getattr(resp, "prompt_feedback", None)
-    br = _enum_name(getattr(pf, "block_reason", None)) if pf is not None else None
-    if br and br != "BLOCKED_REASON_UNSPECIFIED":
-        return GenerationOutcome("refused_policy", code=br, reason=getattr(pf, "block_reason_message", None),
+    br, br_msg = gemini_block(resp)
+    if br:
+        return GenerationOutcome("refused_policy", code=br, reason=br_msg,
                                  raw={"block_reason": br, "model_version": getattr(resp, "model_version", None)},
                                  metadata=md, usage={"images": 0, **usage, "cost_usd": _google_cost(model, 0, pt) or 0.0})
     cands = list(getattr(resp, "candidates", None) or [])
@@ -657,8 +623,8 @@ def gemini_outcome(resp, # a google.genai GenerateContentResponse
                 if image is None: image = load_image(d.data, "RGB")
             elif p.text: texts.append(p.text)
     c0 = cands[0] if cands else None
-    fr = _enum_name(getattr(c0, "finish_reason", None)) if c0 is not None else None
-    ratings = [{"category": _enum_name(r.category), "probability": _enum_name(r.probability), "blocked": bool(r.blocked)}
+    fr = enum_name(getattr(c0, "finish_reason", None)) if c0 is not None else None
+    ratings = [{"category": enum_name(r.category), "probability": enum_name(r.probability), "blocked": bool(r.blocked)}
                for r in (getattr(c0, "safety_ratings", None) or [])] if c0 is not None else []
     raw = {"finish_reason": fr, "finish_message": getattr(c0, "finish_message", None) if c0 is not None else None,
            "safety_ratings": ratings, "text": " ".join(texts)[:2000] or None, "n_candidates": len(cands),
@@ -680,7 +646,7 @@ class ImagenGenerator(ImageGenerator):
                  safety_filter_level:str|None=None, # e.g. "BLOCK_MEDIUM_AND_ABOVE" (None: API default)
                  person_generation:str|None=None, # "DONT_ALLOW" | "ALLOW_ADULT" | "ALLOW_ALL" (None: API default)
                  add_watermark:bool=False, # SynthID watermark (must be False for seeds to apply)
-                 project:str|None=None, # GCP project (None: GOOGLE_CLOUD_PROJECT, else express mode with GOOGLE_API_KEY)
+                 project:str|None=None, # GCP project (None: GOOGLE_CLOUD_PROJECT, else express mode with the Gemini key)
                  location:str|None=None, # GCP region (None: GOOGLE_CLOUD_LOCATION or us-central1)
                  base_url:str|None=None, # endpoint override (tests)
                  timeout:float=180.0, # seconds per request
@@ -688,7 +654,7 @@ class ImagenGenerator(ImageGenerator):
         self.model, self.name, self.timeout, self.base_url = model, model, timeout, base_url
         self.settings = {"aspect_ratio": aspect_ratio, "safety_filter_level": safety_filter_level,
                          "person_generation": person_generation, "add_watermark": add_watermark}
-        self.client = _genai_client(vertexai=True, base_url=base_url, timeout=timeout, project=project, location=location)
+        self.client = genai_client(base_url, timeout, vertexai=True, project=project, location=location)
 
     def generate(self, prompt:str, *, seed:int, **kw)->GenerationOutcome:
         "One image for `prompt` (or the RAI-filter outcome)."
@@ -779,7 +745,7 @@ def _dalle3(**kw): return OpenAIImages("dall-e-3", **kw)
                         notes="inpainting editor: without a mask the whole frame is redrawn")
 def _dalle2(**kw): return OpenAIImages("dall-e-2", size=kw.pop("size", "1024x1024"), **kw)
 
-_GEM_NEEDS = "GEMINI_API_KEY (or GOOGLE_API_KEY); network; billed per image"
+_GEM_NEEDS = "GOOGLE_API_KEY (or GEMINI_API_KEY); network; billed per image"
 @IMAGE_GENERATORS.register("gemini-2.5-flash-image", backend="google-genai", model_id="gemini-2.5-flash-image",
                            needs=_GEM_NEEDS, tested="local server", notes="blockReason → refused_policy; IMAGE_SAFETY → refused_safety_filter")
 def _gemini_gen(**kw): return GeminiImages("gemini-2.5-flash-image", **kw)
@@ -787,7 +753,7 @@ def _gemini_gen(**kw): return GeminiImages("gemini-2.5-flash-image", **kw)
                         needs=_GEM_NEEDS, tested="local server", notes="input image as inline part")
 def _gemini_edit(**kw): return GeminiImages("gemini-2.5-flash-image", **kw)
 @IMAGE_GENERATORS.register("imagen-4", backend="google-genai", model_id="imagen-4.0-generate-001",
-                           needs="Vertex AI: GOOGLE_CLOUD_PROJECT + ADC, or GOOGLE_API_KEY (express mode); billed per image",
+                           needs="Vertex AI: GOOGLE_CLOUD_PROJECT + ADC, or GOOGLE_API_KEY / GEMINI_API_KEY (express mode); billed per image",
                            tested="local server (Vertex :predict fake defined in the notebook)",
                            notes="rai_filtered_reason → refused_safety_filter; prompt blocks are HTTP 400 (failed)")
 def _imagen(**kw): return ImagenGenerator("imagen-4.0-generate-001", **kw)

@@ -10,6 +10,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from ..core import file_sha256, seed_int, sha256_hex
 from .base import TEXT_LMS, TextLM, pick_device, pick_dtype
+from .providers import (openai_client, genai_client, openai_endpoint, gemini_endpoint, enum_name,
+                                        usage_dict, gemini_refusal, gemini_text, gemini_usage)
 
 # %% auto #0
 __all__ = ['SMOLLM2_GGUF', 'tiny_tokenizer', 'converted_gguf_dir', 'HFCausalLM', 'tiny_gpt2', 'smollm2_folder', 'smollm2_135m',
@@ -387,9 +389,6 @@ def _hf_factory(model_id:str|None=None, **kw)->HFCausalLM:
 def _qwen25_15b(**kw)->HFCausalLM: return HFCausalLM("Qwen/Qwen2.5-1.5B-Instruct", **kw)
 
 # %% ../../nbs/05a_adapters.text.ipynb #e43ba713
-_GEMINI_REFUSAL_FINISH = {"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY",
-                          "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION", "MODEL_ARMOR"}
-
 def _norm_label(s:str, case_sensitive:bool)->str:
     s = s.strip()
     return s if case_sensitive else s.casefold()
@@ -421,20 +420,6 @@ def score_from_top_logprobs(top:Sequence, # [(token, logprob)] alternatives for 
     return out, missing, ambiguous
 
 # %% ../../nbs/05a_adapters.text.ipynb #0c079a33
-def _env_key(names:Sequence[str], provider:str)->str:
-    for n in names:
-        if os.environ.get(n): return os.environ[n]
-    raise RuntimeError(f"no {provider} API key: set {' or '.join(names)} in the environment "
-                       "(never in a config file or a notebook parameter)")
-
-def _openai_client(base_url:str|None, timeout:float):
-    "An openai client with the SDK's retries off (the runner retries)."
-    import openai
-    return openai.OpenAI(api_key=_env_key(["OPENAI_API_KEY"], "OpenAI"), base_url=base_url, max_retries=0, timeout=timeout)
-
-def _usage_dict(u, fields:Mapping)->dict:
-    return {k: int(getattr(u, f, 0) or 0) for k, f in fields.items()} if u is not None else {}
-
 class OpenAIChatLM(TextLM):
     "OpenAI chat completions: chat, and first-token top-k label scoring."
     def __init__(self, model:str="gpt-4o-mini", # OpenAI model id
@@ -449,7 +434,7 @@ class OpenAIChatLM(TextLM):
     @property
     def client(self):
         with self._lock:
-            if self._client is None: self._client = _openai_client(self.base_url, self.timeout)
+            if self._client is None: self._client = openai_client(self.base_url, self.timeout)
             return self._client
 
     def _messages(self, messages)->list:
@@ -475,7 +460,7 @@ class OpenAIChatLM(TextLM):
         refusal, code = self._refusal(ch)
         return {"text": ch.message.content, "finish_reason": ch.finish_reason,
                 "refusal": refusal, "refusal_code": code,
-                "usage": _usage_dict(r.usage, {"prompt_tokens": "prompt_tokens", "completion_tokens": "completion_tokens"}),
+                "usage": usage_dict(r.usage, {"prompt_tokens": "prompt_tokens", "completion_tokens": "completion_tokens"}),
                 "raw": {"id": r.id, "model": r.model, "system_fingerprint": getattr(r, "system_fingerprint", None)}}
 
     def score(self, prompts:Sequence, # strings or message lists
@@ -507,20 +492,11 @@ class OpenAIChatLM(TextLM):
     def describe(self)->dict:
         "Provider, model, endpoint and scoring settings (never the key)."
         return {"name": self.name, "backend": "openai", "model_id": self.model,
-                "base_url": self.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1",  # the endpoint used
+                "base_url": openai_endpoint(self.base_url),  # the endpoint used
                 "top_logprobs": self.top_logprobs, "system_prompt_sha256": sha256_hex(self.system_prompt) if self.system_prompt else None,
                 "score_method": "first-token top_logprobs"}
 
 # %% ../../nbs/05a_adapters.text.ipynb #5d28b63b
-def _genai_client(base_url:str|None, timeout:float):
-    "A google-genai client with the SDK's retries off (the runner retries)."
-    from google import genai
-    from google.genai import types
-    key = _env_key(["GOOGLE_API_KEY", "GEMINI_API_KEY"], "Gemini")
-    ho = dict(timeout=int(timeout * 1000), retry_options=types.HttpRetryOptions(attempts=1))
-    if base_url: ho.update(base_url=base_url, api_version="v1beta")
-    return genai.Client(api_key=key, http_options=types.HttpOptions(**ho))
-
 def _gemini_contents(messages)->tuple:
     "(system_instruction or None, contents) from OpenAI-style messages."
     system, contents = [], []
@@ -531,32 +507,6 @@ def _gemini_contents(messages)->tuple:
                  if isinstance(content, list) else [{"text": str(content)}])
         contents.append({"role": "model" if role == "assistant" else "user", "parts": parts})
     return ("\n\n".join(system) or None), contents
-
-def _enum_name(v)->str|None:
-    if v is None: return None
-    return getattr(v, "name", None) or str(v)
-
-def _gemini_refusal(resp)->tuple:
-    "(refusal message, code) from a Gemini response's structured fields, or (None, None)."
-    fb = getattr(resp, "prompt_feedback", None)
-    br = _enum_name(getattr(fb, "block_reason", None)) if fb is not None else None
-    if br and br != "BLOCKED_REASON_UNSPECIFIED":
-        return (getattr(fb, "block_reason_message", None) or f"prompt blocked: {br}"), br
-    cands = getattr(resp, "candidates", None) or []
-    if not cands: return None, None  # nothing came back and nothing says why: not a refusal (text is None)
-    fr = _enum_name(cands[0].finish_reason)
-    if fr in _GEMINI_REFUSAL_FINISH: return (getattr(cands[0], "finish_message", None) or f"output withheld: {fr}"), fr
-    return None, None
-
-def _gemini_text(resp)->str|None:
-    cands = getattr(resp, "candidates", None) or []
-    if not cands or cands[0].content is None: return None
-    t = "".join(p.text for p in (cands[0].content.parts or []) if getattr(p, "text", None) and not getattr(p, "thought", False))
-    return t or None
-
-def _gemini_usage(resp)->dict:
-    return _usage_dict(getattr(resp, "usage_metadata", None),
-                       {"prompt_tokens": "prompt_token_count", "completion_tokens": "candidates_token_count"})
 
 class GeminiLM(TextLM):
     "Gemini `generate_content`: chat, and first-token top-k label scoring where the API returns logprobs."
@@ -574,7 +524,7 @@ class GeminiLM(TextLM):
     @property
     def client(self):
         with self._lock:
-            if self._client is None: self._client = _genai_client(self.base_url, self.timeout)
+            if self._client is None: self._client = genai_client(self.base_url, self.timeout, api_version="v1beta" if self.base_url else None)
             return self._client
 
     def _config(self, system, **kw):
@@ -589,10 +539,10 @@ class GeminiLM(TextLM):
         system, contents = _gemini_contents(messages)
         r = self.client.models.generate_content(model=self.model, contents=contents, config=self._config(
             system, temperature=temperature, max_output_tokens=max_tokens, seed=seed, **kw))
-        refusal, code = _gemini_refusal(r)
+        refusal, code = gemini_refusal(r)
         cands = r.candidates or []
-        return {"text": _gemini_text(r), "finish_reason": _enum_name(cands[0].finish_reason) if cands else None,
-                "refusal": refusal, "refusal_code": code, "usage": _gemini_usage(r),
+        return {"text": gemini_text(r), "finish_reason": enum_name(cands[0].finish_reason) if cands else None,
+                "refusal": refusal, "refusal_code": code, "usage": gemini_usage(r),
                 "raw": {"model_version": getattr(r, "model_version", None), "response_id": getattr(r, "response_id", None)}}
 
     def score(self, prompts:Sequence, # strings or message lists
@@ -611,7 +561,7 @@ class GeminiLM(TextLM):
             system, contents = _gemini_contents(p)
             r = self.client.models.generate_content(model=self.model, contents=contents, config=self._config(
                 system, temperature=0, max_output_tokens=1, seed=seed, response_logprobs=True, logprobs=self.top_logprobs))
-            refusal, _ = _gemini_refusal(r)
+            refusal, _ = gemini_refusal(r)
             if refusal: refusals[i] = refusal; continue
             lr = r.candidates[0].logprobs_result
             if lr is None or not lr.top_candidates:
@@ -626,7 +576,7 @@ class GeminiLM(TextLM):
     def describe(self)->dict:
         "Provider, model, endpoint and scoring settings (never the key)."
         return {"name": self.name, "backend": "google-genai", "model_id": self.model,
-                "base_url": self.base_url or os.environ.get("GOOGLE_GEMINI_BASE_URL") or "https://generativelanguage.googleapis.com/",
+                "base_url": gemini_endpoint(self.base_url),
                 "top_logprobs": self.top_logprobs, "thinking_budget": self.thinking_budget,
                 "system_prompt_sha256": sha256_hex(self.system_prompt) if self.system_prompt else None,
                 "score_method": "first-token logprobs_result.top_candidates"}

@@ -10,8 +10,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from ..core import sha256_hex
 from .base import VISION_JUDGES, VisionJudge, image_to_png, load_image, pick_device, pick_dtype
-from .text import (_openai_client, _genai_client, _gemini_refusal, _gemini_text, _gemini_usage,
-                                   _enum_name, _usage_dict, tiny_tokenizer)
+from .providers import (openai_client, genai_client, gemini_refusal, gemini_text, gemini_usage,
+                                        enum_name, usage_dict)
+from .text import tiny_tokenizer
 
 # %% auto #0
 __all__ = ['OpenAIVisionJudge', 'GeminiVisionJudge', 'HFVisionJudge', 'tiny_qwen2_vl', 'tiny_idefics3']
@@ -39,7 +40,7 @@ class OpenAIVisionJudge(VisionJudge):
     @property
     def client(self):
         with self._lock:
-            if self._client is None: self._client = _openai_client(self.base_url, self.timeout)
+            if self._client is None: self._client = openai_client(self.base_url, self.timeout)
             return self._client
 
     def _messages(self, images, messages)->list:
@@ -59,7 +60,7 @@ class OpenAIVisionJudge(VisionJudge):
         ch = r.choices[0]
         refusal = getattr(ch.message, "refusal", None) or ("content_filter" if ch.finish_reason == "content_filter" else None)
         return {"text": ch.message.content, "refusal": refusal,
-                "usage": {"calls": 1, **_usage_dict(r.usage, {"prompt_tokens": "prompt_tokens", "completion_tokens": "completion_tokens"})},
+                "usage": {"calls": 1, **usage_dict(r.usage, {"prompt_tokens": "prompt_tokens", "completion_tokens": "completion_tokens"})},
                 "raw": {"id": r.id, "model": r.model, "finish_reason": ch.finish_reason}}
 
     def describe(self)->dict:
@@ -95,7 +96,7 @@ class GeminiVisionJudge(VisionJudge):
     @property
     def client(self):
         with self._lock:
-            if self._client is None: self._client = _genai_client(self.base_url, self.timeout)
+            if self._client is None: self._client = genai_client(self.base_url, self.timeout, api_version="v1beta" if self.base_url else None)
             return self._client
 
     def _contents(self, images, messages)->list:
@@ -113,10 +114,10 @@ class GeminiVisionJudge(VisionJudge):
         if self.thinking_budget is not None: kw["thinking_config"] = types.ThinkingConfig(thinking_budget=self.thinking_budget)
         r = self.client.models.generate_content(model=self.model, contents=self._contents(images, messages), config=types.GenerateContentConfig(
             temperature=self.temperature, max_output_tokens=self.max_tokens, seed=seed, **kw))
-        refusal, code = _gemini_refusal(r)
+        refusal, code = gemini_refusal(r)
         cands = r.candidates or []
-        return {"text": _gemini_text(r), "refusal": refusal, "usage": {"calls": 1, **_gemini_usage(r)},
-                "raw": {"refusal_code": code, "finish_reason": _enum_name(cands[0].finish_reason) if cands else None,
+        return {"text": gemini_text(r), "refusal": refusal, "usage": {"calls": 1, **gemini_usage(r)},
+                "raw": {"refusal_code": code, "finish_reason": enum_name(cands[0].finish_reason) if cands else None,
                         "model_version": getattr(r, "model_version", None)}}
 
     def describe(self)->dict:
