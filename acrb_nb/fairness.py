@@ -13,12 +13,13 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 from .core import atomic_write as _atomic_write, rng as _rng
+from .data.registry import JIGSAW_IDENTITIES  # the identity columns live with the dataset they describe
 
 # %% auto #0
-__all__ = ['JIGSAW_IDENTITIES', 'identity_membership', 'GroupCounts', 'group_counts', 'group_metrics',
-           'statistical_parity_difference', 'equal_opportunity_difference', 'equalized_odds_difference',
-           'disparate_impact_ratio', 'generalized_mean', 'subgroup_auc', 'bpsn_auc', 'bnsp_auc', 'FairnessReport',
-           'fairness_metrics', 'simulate_predictions', 'fairness_report']
+__all__ = ['identity_membership', 'GroupCounts', 'group_counts', 'group_metrics', 'statistical_parity_difference',
+           'equal_opportunity_difference', 'equalized_odds_difference', 'disparate_impact_ratio', 'generalized_mean',
+           'subgroup_auc', 'bpsn_auc', 'bnsp_auc', 'FairnessReport', 'fairness_metrics', 'simulate_predictions',
+           'fairness_report']
 
 # %% ../nbs/30_fairness.ipynb #b97a517b
 def _as_frame(sensitive_features)->pd.DataFrame:
@@ -641,12 +642,6 @@ def fairness_metrics(y_true, # binary labels (0/1 or bool)
     return FairnessReport(groups, idents, pd.DataFrame([summ]))
 
 # %% ../nbs/30_fairness.ipynb #37d43902
-JIGSAW_IDENTITIES = ("male", "female", "transgender", "other_gender", "heterosexual", "homosexual_gay_or_lesbian",
-                     "bisexual", "other_sexual_orientation", "christian", "jewish", "muslim", "hindu", "buddhist",
-                     "atheist", "other_religion", "black", "white", "asian", "latino", "other_race_or_ethnicity",
-                     "physical_disability", "intellectual_or_learning_disability", "psychiatric_or_mental_illness",
-                     "other_disability")
-
 def simulate_predictions(n:int=10_000, # rows
                          n_identities:int=6, # identity columns (the first names of `JIGSAW_IDENTITIES`, then id_24, ...)
                          *,
