@@ -41,7 +41,7 @@ def weat(X, # first target set, embeddings of shape (n_x, dim)
     return {"effect_size": float((sx.mean() - sy.mean()) / s.std(ddof=ddof)), "statistic": pt["statistic"],
             "pvalue": pt["pvalue"], "exact": pt["exact"], "n_perm": pt["n_perm"], "s": s}
 
-# %% ../../nbs/04d_stats.iat.ipynb #456a995a
+# %% ../../nbs/04d_stats.iat.ipynb #6e72a082
 def _d_parts(df, score, condition, stage, congruent, incongruent, fn):
     "Scores, incongruent flags, stage codes and names of rows with a non-missing score."
     check_columns(df, [score, condition, stage], fn)
@@ -75,6 +75,7 @@ def _d_from_totals(T, S, sign):
     d = np.where((nc > 0) & (ni > 0) & (N > 1) & (sd > 1e-12 * (1 + np.abs(Sx / np.maximum(N, 1)))), d, np.nan)
     return d.mean(1), d
 
+# %% ../../nbs/04d_stats.iat.ipynb #20415479
 _KINDS = {"latency": 1.0, "performance": -1.0}
 
 def d_score(df:pd.DataFrame, # one row per trial
@@ -102,6 +103,7 @@ def d_score(df:pd.DataFrame, # one row per trial
                             "d": d[0]})
     return float(D[0]), tab
 
+# %% ../../nbs/04d_stats.iat.ipynb #a203128d
 def iat_d_latency(df:pd.DataFrame, # one row per trial of the combined blocks (B3, B4, B6, B7)
                   latency:str="latency", # latency in ms
                   condition:str="condition", # congruent / incongruent
@@ -155,6 +157,7 @@ def iat_d_latency(df:pd.DataFrame, # one row per trial of the combined blocks (B
     out = pd.DataFrame(rows)
     return out.drop(columns="subject") if subject is None else out.rename(columns={"subject": subject})
 
+# %% ../../nbs/04d_stats.iat.ipynb #e4410673
 def vlm_trial_score(correct, # 1 if the model chose the option holding the image's group, else 0 (NaN if none)
                     confidence, # stated confidence, 0..scale
                     refused=None, # True where the model refused or the answer could not be parsed
@@ -169,6 +172,7 @@ def vlm_trial_score(correct, # 1 if the model chose the option holding the image
     if refused is not None: s = np.where(np.asarray(refused, bool), refusal_score, s)
     return s
 
+# %% ../../nbs/04d_stats.iat.ipynb #6896a040
 def iat_effect(df:pd.DataFrame, # one row per trial
                score:str, # per-trial score (see `vlm_trial_score`) or latency
                condition:str, # congruent / incongruent column

@@ -93,7 +93,7 @@ def simulate_clustered_binary(n_clusters:int, # number of clusters (base prompts
                          "replicate": np.tile(np.arange(replicates), n_clusters * G),
                          "y": y.ravel()})
 
-# %% ../../nbs/04a_stats.resample.ipynb #2238a50e
+# %% ../../nbs/04a_stats.resample.ipynb #1906c996
 @dataclass(frozen=True, eq=False)
 class BootResult:
     "A statistic's estimate with its bootstrap interval, standard error, bias and replicates."
@@ -108,6 +108,7 @@ class BootResult:
     n_clusters: int  # number of resampling units
     boot: np.ndarray = field(repr=False)  # (n_boot, ...) replicates
 
+# %% ../../nbs/04a_stats.resample.ipynb #42b3313c
 def check_boot_args(n_boot:int, # number of resamples (>= 50)
                     alpha:float, # 1 - confidence level
                     method:str, # "percentile" or "bca"
@@ -138,6 +139,7 @@ def cluster_index(df:pd.DataFrame, # long-format data
                              "stratify by a cluster-level column (e.g. domain), or set cluster=None to resample rows within strata")
     return codes, C, sc
 
+# %% ../../nbs/04a_stats.resample.ipynb #f1cdcf9d
 def sum_by(codes:np.ndarray, # cluster code per row
            col:np.ndarray, # column (group) code per row
            w, # value per row to sum (None: count rows)
@@ -153,6 +155,7 @@ def safe_ratio(a, # numerators (array)
     "Elementwise a / b with NaN where b == 0."
     with np.errstate(invalid="ignore", divide="ignore"): return np.where(b > 0, a / np.where(b > 0, b, 1), np.nan)
 
+# %% ../../nbs/04a_stats.resample.ipynb #507c3429
 def _boot_weights(sc, n_boot, rng, max_cells=2_000_000):
     "Yield (b, C) arrays of how often each cluster is drawn in each resample, drawing within strata."
     C = len(sc)
@@ -196,6 +199,7 @@ def _result(est, boot, jack, alpha, method, n_clusters):
     cast = (lambda x: float(x[0])) if sh == () else (lambda x: x.reshape(sh))
     return BootResult(cast(e), cast(lo), cast(hi), cast(se), cast(bias), method, alpha, B, n_clusters, boot)
 
+# %% ../../nbs/04a_stats.resample.ipynb #72f3913a
 def boot_additive(T:np.ndarray, # C × m cluster totals
                   f, # (b × m) totals → (b,) or (b, k) statistic
                   sc:np.ndarray, # stratum code of each cluster
@@ -211,6 +215,7 @@ def boot_additive(T:np.ndarray, # C × m cluster totals
     jack = np.asarray(f(tot - T)) if method == "bca" else None
     return _result(est, boot, jack, alpha, method, len(sc))
 
+# %% ../../nbs/04a_stats.resample.ipynb #4e96819e
 def bootstrap(df:pd.DataFrame, # long-format data
               statistic, # function DataFrame -> float or 1-D array
               cluster=None, # column(s) naming the resampling unit; None = rows

@@ -174,7 +174,7 @@ def paired_tests(df:pd.DataFrame, # long-format items, one 0/1 outcome per clust
     if len(om): om["p_adj"], om["reject"] = adjust_pvalues(om["p"], correction, alpha)
     return ComparisonTables(pw, om)
 
-# %% ../../nbs/04c_stats.tests.ipynb #82971647
+# %% ../../nbs/04c_stats.tests.ipynb #eb42dd14
 def two_proportion_effects(k1:int, # events in group 1
                            n1:int, # trials in group 1
                            k2:int, # events in group 2 (the reference)
@@ -196,6 +196,7 @@ def two_proportion_effects(k1:int, # events in group 1
     out.update(h=h, h_lo=h - z * se, h_hi=h + z * se)
     return {k: float(v) for k, v in out.items()}
 
+# %% ../../nbs/04c_stats.tests.ipynb #a0e7335e
 def independence_test(table, # r × c array of counts (rows: groups, columns: outcome levels)
                       test:str="auto", # "auto", "chi2" or "fisher" (2×2) / Monte Carlo (r×c)
                       n_resamples:int=9999, # Monte Carlo tables for sparse r × c
@@ -223,6 +224,7 @@ def independence_test(table, # r × c array of counts (rows: groups, columns: ou
     r = stats.chi2_contingency(t, correction=False)
     return {"test": "chi2", "statistic": float(r.statistic), "p": float(r.pvalue)}
 
+# %% ../../nbs/04c_stats.tests.ipynb #0445874a
 def unpaired_tests(df:pd.DataFrame, # long-format items, one row per independent item
                    outcome:str, # 0/1 outcome column
                    group:str, # group column
