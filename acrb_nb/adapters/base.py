@@ -14,8 +14,8 @@ from ..core import canonical_json, sha256_hex, thaw
 # %% auto #0
 __all__ = ['OUTCOMES', 'JUDGE_OUTCOMES', 'TEXT_LMS', 'VISION_JUDGES', 'IMAGE_GENERATORS', 'IMAGE_EDITORS', 'IMAGE_TEXT_ENCODERS',
            'REGISTRIES', 'image_to_png', 'load_image', 'GenerationOutcome', 'Adapter', 'TextLM', 'VisionJudge',
-           'ImageGenerator', 'ImageEditor', 'ImageTextEncoder', 'RegistryEntry', 'Registry', 'registry_table',
-           'pick_device', 'pick_dtype']
+           'ImageGenerator', 'ImageEditor', 'ImageTextEncoder', 'patched_interface', 'RegistryEntry', 'Registry',
+           'registry_table', 'pick_device', 'pick_dtype']
 
 # %% ../../nbs/05_adapters.base.ipynb #d5b60749
 OUTCOMES = ("generated", "refused_policy", "refused_safety_filter", "empty", "failed")
@@ -76,7 +76,7 @@ class GenerationOutcome:
             if store is not None: rec["image"] = store.save_blob(png, ".png")
         return rec
 
-# %% ../../nbs/05_adapters.base.ipynb #c4afae4c
+# %% ../../nbs/05_adapters.base.ipynb #5a429923
 class Adapter(abc.ABC):
     "Base of every model adapter: a registry name and a manifest description."
     name: str = "?"
@@ -89,21 +89,31 @@ class TextLM(Adapter):
     "Chat completion and label scoring."
     @abc.abstractmethod
     def chat(self, messages:Sequence[Mapping], # [{"role": "user", "content": "..."}]
-             *, temperature:float=0.0, max_tokens:int=256, seed:int|None=None, **kw)->dict:
+             *, temperature:float=0.0, # sampling temperature (0: greedy / deterministic)
+             max_tokens:int=256, # new tokens at most
+             seed:int|None=None, # sampling seed where the back-end supports one
+             **kw, # back-end-specific options
+            )->dict:
         "Reply as {'text', 'finish_reason', 'refusal', 'usage'}."
     @abc.abstractmethod
     def score(self, prompts:Sequence, # strings or message lists
               continuations:Sequence[str], # candidate continuations, scored after every prompt
-              **kw)->np.ndarray:
+              **kw, # back-end-specific options (batch_size, return_details, ...)
+             )->np.ndarray:
         "Array [len(prompts), len(continuations)] of total log-probabilities of each continuation."
 
+# %% ../../nbs/05_adapters.base.ipynb #c792f323
 JUDGE_OUTCOMES = ("ok", "refused", "invalid")
 
 class VisionJudge(Adapter):
     "Image(s) + instruction → JSON validated against a schema, with retry on invalid output."
     max_invalid_retries: int = 2
     @abc.abstractmethod
-    def _ask(self, images:Sequence, messages:Sequence[Mapping], schema:Mapping, seed:int|None)->dict:
+    def _ask(self, images:Sequence, # PIL images
+             messages:Sequence[Mapping], # the conversation so far (instruction, then re-asks)
+             schema:Mapping, # JSON schema the answer must satisfy
+             seed:int|None, # sampling seed where the back-end supports one
+            )->dict:
         "One call: return {'text': str, 'refusal': str|None, 'usage': dict, 'raw': dict}."
     def judge(self, images:Sequence, # PIL images
               instruction:str, # what to judge
@@ -136,6 +146,7 @@ class VisionJudge(Adapter):
         return {"outcome": "invalid", "data": None, "raw_text": text, "refusal": None, "attempts": attempt,
                 "errors": errors, "usage": usage}
 
+# %% ../../nbs/05_adapters.base.ipynb #f2004f35
 @functools.lru_cache(maxsize=64)
 def _validator(schema_json:str):
     "A checked, reusable validator per schema (checking a schema costs ~15 ms; judging runs make thousands of calls)."
@@ -153,22 +164,47 @@ def _strip_fences(text:str)->str:
         if t.rstrip().endswith("```"): t = t.rstrip()[:-3]
     return t.strip()
 
+# %% ../../nbs/05_adapters.base.ipynb #a2cf4b17
 class ImageGenerator(Adapter):
     "Text → image."
     @abc.abstractmethod
-    def generate(self, prompt:str, *, seed:int, **kw)->GenerationOutcome: ...
+    def generate(self, prompt:str, # the text prompt
+                 *, seed:int, # seed of the image (recorded even where the back-end ignores it)
+                 **kw, # back-end-specific options (steps, size, quality, ...)
+                )->GenerationOutcome:
+        "One image for `prompt`, or the refusal / filter / empty outcome the provider reported."
 
 class ImageEditor(Adapter):
     "Image + instruction → image."
     @abc.abstractmethod
-    def edit(self, image, instruction:str, *, seed:int, **kw)->GenerationOutcome: ...
+    def edit(self, image, # PIL image, path or bytes
+             instruction:str, # the edit instruction
+             *, seed:int, # seed of the edit (recorded even where the back-end ignores it)
+             **kw, # back-end-specific options (mask, steps, size, ...)
+            )->GenerationOutcome:
+        "One edited image, or the refusal / filter / empty outcome the provider reported."
 
 class ImageTextEncoder(Adapter):
     "CLIP-style joint embeddings."
     @abc.abstractmethod
-    def encode_images(self, images:Sequence, batch_size:int=32)->np.ndarray: ...
+    def encode_images(self, images:Sequence, # PIL images, paths or bytes
+                      batch_size:int=32, # images per forward pass
+                     )->np.ndarray:
+        "L2-normalised image embeddings, shape [len(images), dim]."
     @abc.abstractmethod
-    def encode_texts(self, texts:Sequence[str], batch_size:int=256)->np.ndarray: ...
+    def encode_texts(self, texts:Sequence[str], # captions or prompts
+                     batch_size:int=256, # texts per forward pass
+                    )->np.ndarray:
+        "L2-normalised text embeddings, shape [len(texts), dim], in the same space as the images."
+
+# %% ../../nbs/05_adapters.base.ipynb #10d27225
+def patched_interface(cls:type, # an adapter class whose interface methods were added with fastcore's `@patch`
+                     )->type:
+    "Drop `@patch`'s `_orig_*` copies of abstract methods and recompute `cls.__abstractmethods__`; returns `cls`."
+    for name in [n for n, v in vars(cls).items() if n.startswith("_orig_") and getattr(v, "__isabstractmethod__", False)]:
+        delattr(cls, name)
+    abc.update_abstractmethods(cls)
+    return cls
 
 # %% ../../nbs/05_adapters.base.ipynb #5140d1ba
 _ADAPTER_MODULES = ["acrb_nb.adapters.sim", "acrb_nb.adapters.text", "acrb_nb.adapters.vision",

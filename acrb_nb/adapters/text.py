@@ -8,8 +8,9 @@ import importlib.util, json, math, os, threading, time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 import numpy as np
+from fastcore.basics import patch
 from ..core import file_sha256, seed_int, sha256_hex
-from .base import TEXT_LMS, TextLM, pick_device, pick_dtype
+from .base import TEXT_LMS, TextLM, pick_device, pick_dtype, patched_interface
 from .providers import (openai_client, genai_client, openai_endpoint, gemini_endpoint, enum_name,
                                         usage_dict, gemini_refusal, gemini_text, gemini_usage)
 
@@ -56,7 +57,7 @@ def tiny_tokenizer(vocab_size:int=400, # BPE vocabulary size (byte alphabet + me
     tok.chat_template = chat_template
     return tok
 
-# %% ../../nbs/05a_adapters.text.ipynb #7fb2ffc5
+# %% ../../nbs/05a_adapters.text.ipynb #493489a6
 _MODEL_CACHE: dict = {}
 _MODEL_CACHE_LOCK = threading.Lock()
 
@@ -74,6 +75,7 @@ def converted_gguf_dir(model_id, # the folder holding the GGUF file
     key = sha256_hex(f"{file_sha256(p)}|{str(dtype).replace('torch.', '')}|transformers={version('transformers')}|gguf={version('gguf')}")
     return root / "gguf" / f"{p.stem}-{key[:20]}"
 
+# %% ../../nbs/05a_adapters.text.ipynb #ea5f1654
 def _save_converted(model, tok, dest:Path):
     "Write the dequantised model and its tokenizer to `dest` atomically (a temporary folder renamed); failures only warn."
     import shutil, warnings
@@ -128,6 +130,7 @@ def _load_causal_lm(model_id, gguf_file, revision, device, dtype, trust_remote_c
         _MODEL_CACHE[key] = (model, tok)
         return model, tok
 
+# %% ../../nbs/05a_adapters.text.ipynb #79ca6772
 def _plain_prompt(messages)->str:
     "Messages as plain text for models without a chat template."
     return "\n\n".join(str(m["content"]) for m in messages)
@@ -135,6 +138,7 @@ def _plain_prompt(messages)->str:
 def _as_messages(prompt)->list:
     return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
 
+# %% ../../nbs/05a_adapters.text.ipynb #aed1c54c
 class HFCausalLM(TextLM):
     "A transformers causal LM: seeded chat with its chat template, batched teacher-forced scoring."
     def __init__(self, model_id:str|os.PathLike|None=None, # hub id or local folder (with `gguf_file`: the folder holding it)
@@ -166,167 +170,6 @@ class HFCausalLM(TextLM):
         self._lock, self._gguf_sha = threading.Lock(), None
         self._lead = self._leading_special_ids()
 
-    # ---- tokenization
-    def _leading_special_ids(self)->list:
-        "Special tokens the tokenizer puts before a plain string (BOS for Llama-style tokenizers, none for GPT-2)."
-        tok = self.tokenizer
-        with_sp, plain = tok("a", add_special_tokens=True)["input_ids"], tok("a", add_special_tokens=False)["input_ids"]
-        for i in range(len(with_sp) - len(plain) + 1):
-            if with_sp[i:i + len(plain)] == plain: return list(with_sp[:i])
-        return []
-
-    def render(self, prompt, # a string (used verbatim) or a message list (chat template + generation prompt)
-              )->tuple:
-        "(text, templated): the text the model sees for `prompt`, and whether it came from the chat template."
-        if isinstance(prompt, str): return prompt, False
-        msgs = _as_messages(prompt)
-        if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True), True
-        return _plain_prompt(msgs), False
-
-    def _encode(self, texts:Sequence[str], templated:Sequence[bool])->list:
-        ids = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
-        return [list(i) if t else self._lead + list(i) for i, t in zip(ids, templated)]
-
-    def _pairs(self, prompts, continuations)->list:
-        "[(i, j, token ids, n_context)] for every prompt × continuation."
-        rendered = [self.render(p) for p in prompts]
-        p_ids = self._encode([t for t, _ in rendered], [f for _, f in rendered])
-        joint = self._encode([t + c for t, _ in rendered for c in continuations],
-                             [f for _, f in rendered for _ in continuations])
-        ctx_tok = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
-        out = []
-        for i, p in enumerate(p_ids):
-            for j, c in enumerate(continuations):
-                ids = joint[i * len(continuations) + j]
-                n = 0
-                while n < min(len(p), len(ids)) and p[n] == ids[n]: n += 1
-                if n == len(ids):
-                    raise ValueError(f"continuation {c!r} adds no tokens after prompt {i}; continuations must be non-empty text")
-                if n == 0:
-                    if ctx_tok is None:
-                        raise ValueError(f"prompt {i} is empty and the tokenizer has no BOS/EOS token to condition on; "
-                                         "give a non-empty prompt")
-                    ids, n = [ctx_tok, *ids], 1
-                out.append((i, j, ids, n))
-        return out
-
-    # ---- scoring
-    def _max_len(self)->int|None:
-        cfg = self.model.config
-        for k in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-            v = getattr(cfg, k, None) or getattr(getattr(cfg, "text_config", None), k, None)
-            if isinstance(v, int) and v > 0: return v
-        return None
-
-    def _forward_kwargs(self)->set:
-        import inspect
-        return set(inspect.signature(self.model.forward).parameters)
-
-    def score(self, prompts:Sequence, # strings or message lists
-              continuations:Sequence[str], # candidate continuations, each scored after every prompt
-              *, batch_size:int|None=None, # override the adapter's batch size
-              return_details:bool=False, # also return {'n_tokens': int array} (continuation lengths in tokens)
-             ):
-        "log P(continuation | prompt) summed over the continuation's tokens, shape [len(prompts), len(continuations)]."
-        import torch
-        if isinstance(prompts, str) or isinstance(continuations, str):
-            raise TypeError("prompts and continuations must be lists (wrap a single string in a list)")
-        prompts, continuations = list(prompts), list(continuations)
-        scores = np.full((len(prompts), len(continuations)), np.nan)
-        ntok = np.zeros((len(prompts), len(continuations)), dtype=int)
-        pairs = sorted(self._pairs(prompts, continuations), key=lambda t: -len(t[2]))
-        limit = self._max_len()
-        if limit is not None and pairs and len(pairs[0][2]) > limit:
-            i, j, ids, _ = pairs[0]
-            raise ValueError(f"prompt {i} + continuation {j} is {len(ids)} tokens, more than the model's {limit}; "
-                             "shorten the text (truncate by tokens before building the prompt)")
-        accepts, bs = self._forward_kwargs(), int(batch_size or self.batch_size)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (self.tokenizer.eos_token_id or 0)
-        left = self.padding_side == "left"
-        with self._lock, torch.inference_mode():
-            for b0 in range(0, len(pairs), bs):
-                batch = pairs[b0:b0 + bs]
-                T = max(len(ids) for _, _, ids, _ in batch)
-                inp = torch.full((len(batch), T), pad, dtype=torch.long)
-                mask = torch.zeros((len(batch), T), dtype=torch.long)
-                for r, (_, _, ids, _) in enumerate(batch):
-                    sl = slice(T - len(ids), T) if left else slice(0, len(ids))
-                    inp[r, sl] = torch.tensor(ids); mask[r, sl] = 1
-                kw = {"input_ids": inp.to(self.device), "attention_mask": mask.to(self.device)}
-                if "position_ids" in accepts: kw["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0).to(self.device)
-                keep = 0
-                if left and "logits_to_keep" in accepts:
-                    keep = max(len(ids) - n for _, _, ids, n in batch) + 1
-                    kw["logits_to_keep"] = keep
-                logits = self.model(**kw).logits
-                start = T - logits.shape[1]  # absolute position of logits[:, 0]
-                for r, (i, j, ids, n) in enumerate(batch):
-                    off = T - len(ids) if left else 0
-                    pos = torch.arange(off + n - 1, off + len(ids) - 1, device=logits.device) - start
-                    tgt = torch.tensor(ids[n:], device=logits.device)
-                    lp = torch.log_softmax(logits[r, pos].float(), dim=-1).gather(-1, tgt[:, None])
-                    scores[i, j], ntok[i, j] = float(lp.sum()), len(ids) - n
-        return (scores, {"n_tokens": ntok}) if return_details else scores
-
-    # ---- chat
-    def _eos_ids(self)->set:
-        ids = {self.tokenizer.eos_token_id}
-        gc = getattr(self.model, "generation_config", None)
-        e = getattr(gc, "eos_token_id", None)
-        ids |= set(e) if isinstance(e, (list, tuple)) else {e}
-        return {i for i in ids if i is not None}
-
-    def chat(self, messages, # a message list (or a string: one user message)
-             *, temperature:float=0.0, # 0: greedy; > 0 needs `seed`
-             max_tokens:int=256, # new tokens at most
-             seed:int|None=None, # seeds the sampling generator
-             top_p:float=1.0, # nucleus sampling mass
-            )->dict:
-        "Reply as {'text', 'finish_reason', 'refusal', 'refusal_code', 'usage', 'raw'}."
-        import torch
-        if temperature > 0 and seed is None:
-            raise ValueError("sampling (temperature > 0) needs seed=...; use temperature=0 for greedy decoding")
-        text, templated = self.render(_as_messages(messages))
-        ids = self._encode([text], [templated])[0]
-        eos, out, finish = self._eos_ids(), [], "length"
-        with self._lock, torch.inference_mode():
-            gen = None
-            if temperature > 0: gen = torch.Generator(device=self.device).manual_seed(seed_int(seed, "hf-chat"))
-            inp, past = torch.tensor([ids], device=self.device), None
-            for _ in range(int(max_tokens)):
-                o = self.model(input_ids=inp, past_key_values=past, use_cache=True)
-                past, logits = o.past_key_values, o.logits[0, -1].float()
-                if temperature <= 0: nxt = int(logits.argmax())
-                else:
-                    probs = torch.softmax(logits / temperature, -1)
-                    if top_p < 1.0:
-                        sp, si = probs.sort(descending=True)
-                        drop = sp.cumsum(-1) - sp > top_p
-                        probs = probs.scatter(0, si, sp.masked_fill(drop, 0.0))
-                    nxt = int(torch.multinomial(probs, 1, generator=gen))
-                if nxt in eos: finish = "stop"; break
-                out.append(nxt); inp = torch.tensor([[nxt]], device=self.device)
-        reply = self.tokenizer.decode(out, skip_special_tokens=True)
-        return {"text": reply, "finish_reason": finish, "refusal": None, "refusal_code": None,
-                "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out)}, "raw": {}}
-
-    def describe(self)->dict:
-        "Model id / path, GGUF file and hash, revision, dtype, device, chat-template hash, scoring settings."
-        cfg = self.model.config
-        tmpl = getattr(self.tokenizer, "chat_template", None)
-        if self.gguf_file and self._gguf_sha is None and self.model_id:
-            p = Path(self.model_id) / self.gguf_file
-            if p.exists(): self._gguf_sha = file_sha256(p)
-        return {"name": self.name, "backend": "transformers", "model_id": self.model_label or self.model_id,
-                "path": self.model_id, "gguf_file": self.gguf_file, "gguf_sha256": self._gguf_sha,
-                "revision": self.revision, "commit_hash": getattr(cfg, "_commit_hash", None),
-                "model_class": type(self.model).__name__, "model_type": getattr(cfg, "model_type", None),
-                "n_parameters": int(sum(p.numel() for p in self.model.parameters())),
-                "dtype": str(self.dtype).replace("torch.", ""), "device": str(self.device),
-                "chat_template_sha256": sha256_hex(tmpl) if tmpl else None,
-                "padding_side": self.padding_side, "batch_size": self.batch_size}
-
 # %% ../../nbs/05a_adapters.text.ipynb #e0449f9b
 def tiny_gpt2(seed:int=0, # weight seed
               init_std:float=0.2, # std of the random weight matrices
@@ -348,6 +191,182 @@ def tiny_gpt2(seed:int=0, # weight seed
     lm = HFCausalLM(model=model, tokenizer=tok, **kw)
     lm.model_id = f"tiny-gpt2(seed={seed}, init_std={init_std}, n_layer={n_layer}, n_embd={n_embd})"
     return lm
+
+# %% ../../nbs/05a_adapters.text.ipynb #4ddb234e
+@patch
+def score(self:HFCausalLM, prompts:Sequence, # strings or message lists
+          continuations:Sequence[str], # candidate continuations, each scored after every prompt
+          *, batch_size:int|None=None, # override the adapter's batch size
+          return_details:bool=False, # also return {'n_tokens': int array} (continuation lengths in tokens)
+         ):
+    "log P(continuation | prompt) summed over the continuation's tokens, shape [len(prompts), len(continuations)]."
+    import torch
+    if isinstance(prompts, str) or isinstance(continuations, str):
+        raise TypeError("prompts and continuations must be lists (wrap a single string in a list)")
+    prompts, continuations = list(prompts), list(continuations)
+    scores = np.full((len(prompts), len(continuations)), np.nan)
+    ntok = np.zeros((len(prompts), len(continuations)), dtype=int)
+    pairs = sorted(self._pairs(prompts, continuations), key=lambda t: -len(t[2]))
+    limit = self._max_len()
+    if limit is not None and pairs and len(pairs[0][2]) > limit:
+        i, j, ids, _ = pairs[0]
+        raise ValueError(f"prompt {i} + continuation {j} is {len(ids)} tokens, more than the model's {limit}; "
+                         "shorten the text (truncate by tokens before building the prompt)")
+    accepts, bs = self._forward_kwargs(), int(batch_size or self.batch_size)
+    pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (self.tokenizer.eos_token_id or 0)
+    left = self.padding_side == "left"
+    with self._lock, torch.inference_mode():
+        for b0 in range(0, len(pairs), bs):
+            batch = pairs[b0:b0 + bs]
+            T = max(len(ids) for _, _, ids, _ in batch)
+            inp = torch.full((len(batch), T), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), T), dtype=torch.long)
+            for r, (_, _, ids, _) in enumerate(batch):
+                sl = slice(T - len(ids), T) if left else slice(0, len(ids))
+                inp[r, sl] = torch.tensor(ids); mask[r, sl] = 1
+            kw = {"input_ids": inp.to(self.device), "attention_mask": mask.to(self.device)}
+            if "position_ids" in accepts: kw["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0).to(self.device)
+            keep = 0
+            if left and "logits_to_keep" in accepts:
+                keep = max(len(ids) - n for _, _, ids, n in batch) + 1
+                kw["logits_to_keep"] = keep
+            logits = self.model(**kw).logits
+            start = T - logits.shape[1]  # absolute position of logits[:, 0]
+            for r, (i, j, ids, n) in enumerate(batch):
+                off = T - len(ids) if left else 0
+                pos = torch.arange(off + n - 1, off + len(ids) - 1, device=logits.device) - start
+                tgt = torch.tensor(ids[n:], device=logits.device)
+                lp = torch.log_softmax(logits[r, pos].float(), dim=-1).gather(-1, tgt[:, None])
+                scores[i, j], ntok[i, j] = float(lp.sum()), len(ids) - n
+    return (scores, {"n_tokens": ntok}) if return_details else scores
+
+# %% ../../nbs/05a_adapters.text.ipynb #40b8df9e
+@patch
+def chat(self:HFCausalLM, messages, # a message list (or a string: one user message)
+         *, temperature:float=0.0, # 0: greedy; > 0 needs `seed`
+         max_tokens:int=256, # new tokens at most
+         seed:int|None=None, # seeds the sampling generator
+         top_p:float=1.0, # nucleus sampling mass
+        )->dict:
+    "Reply as {'text', 'finish_reason', 'refusal', 'refusal_code', 'usage', 'raw'}."
+    import torch
+    if temperature > 0 and seed is None:
+        raise ValueError("sampling (temperature > 0) needs seed=...; use temperature=0 for greedy decoding")
+    text, templated = self.render(_as_messages(messages))
+    ids = self._encode([text], [templated])[0]
+    eos, out, finish = self._eos_ids(), [], "length"
+    with self._lock, torch.inference_mode():
+        gen = None
+        if temperature > 0: gen = torch.Generator(device=self.device).manual_seed(seed_int(seed, "hf-chat"))
+        inp, past = torch.tensor([ids], device=self.device), None
+        for _ in range(int(max_tokens)):
+            o = self.model(input_ids=inp, past_key_values=past, use_cache=True)
+            past, logits = o.past_key_values, o.logits[0, -1].float()
+            if temperature <= 0: nxt = int(logits.argmax())
+            else:
+                probs = torch.softmax(logits / temperature, -1)
+                if top_p < 1.0:
+                    sp, si = probs.sort(descending=True)
+                    drop = sp.cumsum(-1) - sp > top_p
+                    probs = probs.scatter(0, si, sp.masked_fill(drop, 0.0))
+                nxt = int(torch.multinomial(probs, 1, generator=gen))
+            if nxt in eos: finish = "stop"; break
+            out.append(nxt); inp = torch.tensor([[nxt]], device=self.device)
+    reply = self.tokenizer.decode(out, skip_special_tokens=True)
+    return {"text": reply, "finish_reason": finish, "refusal": None, "refusal_code": None,
+            "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out)}, "raw": {}}
+
+patched_interface(HFCausalLM)  # `score` and `chat` were added by @patch after the class was made
+
+# %% ../../nbs/05a_adapters.text.ipynb #069536d9
+@patch
+def _leading_special_ids(self:HFCausalLM)->list:
+    "Special tokens the tokenizer puts before a plain string (BOS for Llama-style tokenizers, none for GPT-2)."
+    tok = self.tokenizer
+    with_sp, plain = tok("a", add_special_tokens=True)["input_ids"], tok("a", add_special_tokens=False)["input_ids"]
+    for i in range(len(with_sp) - len(plain) + 1):
+        if with_sp[i:i + len(plain)] == plain: return list(with_sp[:i])
+    return []
+
+@patch
+def render(self:HFCausalLM, prompt, # a string (used verbatim) or a message list (chat template + generation prompt)
+          )->tuple:
+    "(text, templated): the text the model sees for `prompt`, and whether it came from the chat template."
+    if isinstance(prompt, str): return prompt, False
+    msgs = _as_messages(prompt)
+    if getattr(self.tokenizer, "chat_template", None):
+        return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True), True
+    return _plain_prompt(msgs), False
+
+@patch
+def _encode(self:HFCausalLM, texts:Sequence[str], templated:Sequence[bool])->list:
+    ids = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
+    return [list(i) if t else self._lead + list(i) for i, t in zip(ids, templated)]
+
+@patch
+def _pairs(self:HFCausalLM, prompts, continuations)->list:
+    "[(i, j, token ids, n_context)] for every prompt × continuation."
+    rendered = [self.render(p) for p in prompts]
+    p_ids = self._encode([t for t, _ in rendered], [f for _, f in rendered])
+    joint = self._encode([t + c for t, _ in rendered for c in continuations],
+                         [f for _, f in rendered for _ in continuations])
+    ctx_tok = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
+    out = []
+    for i, p in enumerate(p_ids):
+        for j, c in enumerate(continuations):
+            ids = joint[i * len(continuations) + j]
+            n = 0
+            while n < min(len(p), len(ids)) and p[n] == ids[n]: n += 1
+            if n == len(ids):
+                raise ValueError(f"continuation {c!r} adds no tokens after prompt {i}; continuations must be non-empty text")
+            if n == 0:
+                if ctx_tok is None:
+                    raise ValueError(f"prompt {i} is empty and the tokenizer has no BOS/EOS token to condition on; "
+                                     "give a non-empty prompt")
+                ids, n = [ctx_tok, *ids], 1
+            out.append((i, j, ids, n))
+    return out
+
+# %% ../../nbs/05a_adapters.text.ipynb #cad5da84
+@patch
+def _max_len(self:HFCausalLM)->int|None:
+    cfg = self.model.config
+    for k in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        v = getattr(cfg, k, None) or getattr(getattr(cfg, "text_config", None), k, None)
+        if isinstance(v, int) and v > 0: return v
+    return None
+
+@patch
+def _forward_kwargs(self:HFCausalLM)->set:
+    import inspect
+    return set(inspect.signature(self.model.forward).parameters)
+
+# %% ../../nbs/05a_adapters.text.ipynb #b22bb8b9
+@patch
+def _eos_ids(self:HFCausalLM)->set:
+    ids = {self.tokenizer.eos_token_id}
+    gc = getattr(self.model, "generation_config", None)
+    e = getattr(gc, "eos_token_id", None)
+    ids |= set(e) if isinstance(e, (list, tuple)) else {e}
+    return {i for i in ids if i is not None}
+
+# %% ../../nbs/05a_adapters.text.ipynb #7de01c21
+@patch
+def describe(self:HFCausalLM)->dict:
+    "Model id / path, GGUF file and hash, revision, dtype, device, chat-template hash, scoring settings."
+    cfg = self.model.config
+    tmpl = getattr(self.tokenizer, "chat_template", None)
+    if self.gguf_file and self._gguf_sha is None and self.model_id:
+        p = Path(self.model_id) / self.gguf_file
+        if p.exists(): self._gguf_sha = file_sha256(p)
+    return {"name": self.name, "backend": "transformers", "model_id": self.model_label or self.model_id,
+            "path": self.model_id, "gguf_file": self.gguf_file, "gguf_sha256": self._gguf_sha,
+            "revision": self.revision, "commit_hash": getattr(cfg, "_commit_hash", None),
+            "model_class": type(self.model).__name__, "model_type": getattr(cfg, "model_type", None),
+            "n_parameters": int(sum(p.numel() for p in self.model.parameters())),
+            "dtype": str(self.dtype).replace("torch.", ""), "device": str(self.device),
+            "chat_template_sha256": sha256_hex(tmpl) if tmpl else None,
+            "padding_side": self.padding_side, "batch_size": self.batch_size}
 
 # %% ../../nbs/05a_adapters.text.ipynb #6b8a0366
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -496,7 +515,7 @@ class OpenAIChatLM(TextLM):
                 "top_logprobs": self.top_logprobs, "system_prompt_sha256": sha256_hex(self.system_prompt) if self.system_prompt else None,
                 "score_method": "first-token top_logprobs"}
 
-# %% ../../nbs/05a_adapters.text.ipynb #5d28b63b
+# %% ../../nbs/05a_adapters.text.ipynb #ec1eff76
 def _gemini_contents(messages)->tuple:
     "(system_instruction or None, contents) from OpenAI-style messages."
     system, contents = [], []
@@ -508,6 +527,7 @@ def _gemini_contents(messages)->tuple:
         contents.append({"role": "model" if role == "assistant" else "user", "parts": parts})
     return ("\n\n".join(system) or None), contents
 
+# %% ../../nbs/05a_adapters.text.ipynb #5bab0962
 class GeminiLM(TextLM):
     "Gemini `generate_content`: chat, and first-token top-k label scoring where the API returns logprobs."
     def __init__(self, model:str="gemini-2.5-flash", # Gemini model id
