@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64, io, os, re, time
 from typing import Mapping, Sequence
 import numpy as np
+from fastcore.basics import patch
 from ..core import sha256_hex
 from .base import (GenerationOutcome, ImageGenerator, ImageEditor, IMAGE_GENERATORS, IMAGE_EDITORS,
                                    image_to_png, load_image)
@@ -51,10 +52,11 @@ def openai_image_cost(model:str, # e.g. "gpt-image-1"
     p = OPENAI_IMAGE_PRICES["per_image"].get((model, q, size or "1024x1024"))
     return None if p is None else round(p * n, 6)
 
-# %% ../../nbs/05c_adapters.images.ipynb #e92fcec1
+# %% ../../nbs/05c_adapters.images.ipynb #81e98fd1
 _OPENAI_MODELS = {"gpt-image-1": {"edit": True, "b64_param": False}, "dall-e-3": {"edit": False, "b64_param": True},
                   "dall-e-2": {"edit": True, "b64_param": True}}
 
+# %% ../../nbs/05c_adapters.images.ipynb #fcade0c6
 class OpenAIImages(ImageGenerator, ImageEditor):
     "OpenAI image generation and editing (gpt-image-1, DALL·E 3, DALL·E 2) through the official SDK, retries off."
     def __init__(self, model:str="gpt-image-1", # OpenAI image model id
@@ -70,62 +72,6 @@ class OpenAIImages(ImageGenerator, ImageEditor):
         self.caps = _OPENAI_MODELS.get(model, {"edit": True, "b64_param": model.startswith("dall-e")})
         self.params = params
         self.client = openai_client(base_url, timeout)
-
-    def _request(self, kw)->dict:
-        p = {"model": self.model, "n": 1, **self.params}
-        if self.size: p["size"] = self.size
-        if self.quality and self.model != "dall-e-2": p["quality"] = self.quality
-        if self.moderation: p["moderation"] = self.moderation
-        if self.caps["b64_param"]: p["response_format"] = "b64_json"
-        p.update(kw)
-        return p
-
-    def _call(self, fn, params:dict, seed:int, meta:dict)->GenerationOutcome:
-        import openai
-        md = {"seed": seed, "seed_supported": False, **meta}
-        t0 = time.monotonic()
-        try: resp = fn(**params)
-        except openai.BadRequestError as e:
-            body = e.body if isinstance(e.body, Mapping) else {}
-            code = e.code or body.get("code")
-            if code in OPENAI_POLICY_CODES:
-                md["seconds"] = round(time.monotonic() - t0, 4)
-                return GenerationOutcome("refused_policy", code=code, reason=body.get("message") or str(e),
-                                         raw={"http_status": e.status_code, "type": body.get("type"),
-                                              "param": body.get("param"), "request_id": e.request_id},
-                                         metadata=md, usage={"images": 0})
-            raise  # other 4xx: final, stored as a failure by the runner
-        md["seconds"] = round(time.monotonic() - t0, 4)
-        return self._outcome(resp, md, params)
-
-    def _outcome(self, resp, md:dict, params:Mapping|None=None)->GenerationOutcome:
-        data = list(resp.data or [])
-        u = getattr(resp, "usage", None)
-        usage = {}
-        if u is not None:
-            usage = {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens}
-            det = getattr(u, "input_tokens_details", None)
-            if det is not None:
-                usage.update(input_text_tokens=det.text_tokens or 0, input_image_tokens=det.image_tokens or 0)
-        params = params or {}
-        rsize, rquality = getattr(resp, "size", None), getattr(resp, "quality", None)
-        raw = {"created": getattr(resp, "created", None), "size": rsize, "quality": rquality, "n_data": len(data)}
-        # billed at the requested size/quality; the response's values stand in for "auto"
-        size = params.get("size") if params.get("size") not in (None, "auto") else rsize
-        quality = params.get("quality") if params.get("quality") not in (None, "auto") else (rquality or self.quality)
-        d = data[0] if data else None
-        png = None
-        if d is not None and d.b64_json: png = base64.b64decode(d.b64_json)
-        elif d is not None and d.url:
-            import httpx
-            r = httpx.get(d.url, timeout=self.timeout); r.raise_for_status(); png = r.content
-        if png is None:
-            return GenerationOutcome("empty", raw=raw, metadata=md,
-                                     usage={"images": 0, **usage, "cost_usd": openai_image_cost(self.model, size, quality, 0, usage) or 0.0})
-        if d.revised_prompt: md["revised_prompt"] = d.revised_prompt
-        cost = openai_image_cost(self.model, size, quality, 1, usage)
-        return GenerationOutcome("generated", image=load_image(png, "RGB"), raw=raw, metadata=md,
-                                 usage={"images": 1, **usage, **({"cost_usd": cost} if cost is not None else {})})
 
     def generate(self, prompt:str, # the prompt
                  *, seed:int, # recorded only: the images API takes no seed
@@ -159,7 +105,68 @@ class OpenAIImages(ImageGenerator, ImageEditor):
                 "base_url": str(self.client.base_url), "max_retries": 0, "timeout": self.timeout,
                 "openai_version": openai.__version__}
 
-# %% ../../nbs/05c_adapters.images.ipynb #dfbe14e1
+# %% ../../nbs/05c_adapters.images.ipynb #d67d441a
+@patch
+def _request(self:OpenAIImages, kw)->dict:
+    p = {"model": self.model, "n": 1, **self.params}
+    if self.size: p["size"] = self.size
+    if self.quality and self.model != "dall-e-2": p["quality"] = self.quality
+    if self.moderation: p["moderation"] = self.moderation
+    if self.caps["b64_param"]: p["response_format"] = "b64_json"
+    p.update(kw)
+    return p
+
+@patch
+def _call(self:OpenAIImages, fn, params:dict, seed:int, meta:dict)->GenerationOutcome:
+    import openai
+    md = {"seed": seed, "seed_supported": False, **meta}
+    t0 = time.monotonic()
+    try: resp = fn(**params)
+    except openai.BadRequestError as e:
+        body = e.body if isinstance(e.body, Mapping) else {}
+        code = e.code or body.get("code")
+        if code in OPENAI_POLICY_CODES:
+            md["seconds"] = round(time.monotonic() - t0, 4)
+            return GenerationOutcome("refused_policy", code=code, reason=body.get("message") or str(e),
+                                     raw={"http_status": e.status_code, "type": body.get("type"),
+                                          "param": body.get("param"), "request_id": e.request_id},
+                                     metadata=md, usage={"images": 0})
+        raise  # other 4xx: final, stored as a failure by the runner
+    md["seconds"] = round(time.monotonic() - t0, 4)
+    return self._outcome(resp, md, params)
+
+# %% ../../nbs/05c_adapters.images.ipynb #59b85f0a
+@patch
+def _outcome(self:OpenAIImages, resp, md:dict, params:Mapping|None=None)->GenerationOutcome:
+    data = list(resp.data or [])
+    u = getattr(resp, "usage", None)
+    usage = {}
+    if u is not None:
+        usage = {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens}
+        det = getattr(u, "input_tokens_details", None)
+        if det is not None:
+            usage.update(input_text_tokens=det.text_tokens or 0, input_image_tokens=det.image_tokens or 0)
+    params = params or {}
+    rsize, rquality = getattr(resp, "size", None), getattr(resp, "quality", None)
+    raw = {"created": getattr(resp, "created", None), "size": rsize, "quality": rquality, "n_data": len(data)}
+    # billed at the requested size/quality; the response's values stand in for "auto"
+    size = params.get("size") if params.get("size") not in (None, "auto") else rsize
+    quality = params.get("quality") if params.get("quality") not in (None, "auto") else (rquality or self.quality)
+    d = data[0] if data else None
+    png = None
+    if d is not None and d.b64_json: png = base64.b64decode(d.b64_json)
+    elif d is not None and d.url:
+        import httpx
+        r = httpx.get(d.url, timeout=self.timeout); r.raise_for_status(); png = r.content
+    if png is None:
+        return GenerationOutcome("empty", raw=raw, metadata=md,
+                                 usage={"images": 0, **usage, "cost_usd": openai_image_cost(self.model, size, quality, 0, usage) or 0.0})
+    if d.revised_prompt: md["revised_prompt"] = d.revised_prompt
+    cost = openai_image_cost(self.model, size, quality, 1, usage)
+    return GenerationOutcome("generated", image=load_image(png, "RGB"), raw=raw, metadata=md,
+                             usage={"images": 1, **usage, **({"cost_usd": cost} if cost is not None else {})})
+
+# %% ../../nbs/05c_adapters.images.ipynb #cdfc2f85
 GOOGLE_IMAGE_PRICES = {
     "as_of": "2025-09", "source": "https://ai.google.dev/gemini-api/docs/pricing (checked 2025-09; verify before budgeting)",
     "gemini-2.5-flash-image": {"per_image": 0.039, "input_per_token": 0.30e-6},
@@ -172,6 +179,7 @@ def _google_cost(model:str, images:int, prompt_tokens:int|None=None)->float|None
     if not isinstance(p, Mapping): return None
     return round(images * p["per_image"] + (prompt_tokens or 0) * p.get("input_per_token", 0.0), 6)
 
+# %% ../../nbs/05c_adapters.images.ipynb #892e0ffe
 class GeminiImages(ImageGenerator, ImageEditor):
     "Gemini native image output (`generate_content`, TEXT+IMAGE modalities) for generation and editing."
     def __init__(self, model:str="gemini-2.5-flash-image", # Gemini image model id
@@ -220,6 +228,7 @@ class GeminiImages(ImageGenerator, ImageEditor):
                 "base_url": self.base_url, "timeout": self.timeout, "retries": "off (HttpRetryOptions(attempts=1))",
                 "google_genai_version": genai.__version__}
 
+# %% ../../nbs/05c_adapters.images.ipynb #74e61ad6
 def gemini_outcome(resp, # a google.genai GenerateContentResponse
                    metadata:Mapping, # seed, latency, ... to attach
                    model:str="", # model id (for the cost estimate)

@@ -132,7 +132,7 @@ for _m, _tb in (("gemini-2.5-flash", 0), ("gemini-2.5-pro", None), ("gemini-2.0-
                            tested="local server", notes="response_json_schema; blockReason / safety finishReason → refused")(
         lambda _m=_m, _tb=_tb, **kw: GeminiVisionJudge(_m, **{"thinking_budget": _tb, **kw}))
 
-# %% ../../nbs/05b_adapters.vision.ipynb #fc5cb194
+# %% ../../nbs/05b_adapters.vision.ipynb #cf73fd05
 _VLM_CACHE: dict = {}
 _VLM_CACHE_LOCK = threading.Lock()
 
@@ -154,6 +154,7 @@ def _load_vlm(model_id, revision, device, dtype, trust_remote_code, model_kwargs
         _VLM_CACHE[key] = (model, proc)
         return model, proc
 
+# %% ../../nbs/05b_adapters.vision.ipynb #ba12a73e
 _SCHEMA_HINT = "\n\nReply with only a JSON object that matches this JSON schema:\n{schema}"
 
 class HFVisionJudge(VisionJudge):
