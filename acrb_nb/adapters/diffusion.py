@@ -8,6 +8,7 @@ import dataclasses, gc, gzip, importlib.util, os, re, threading, time
 from pathlib import Path
 from typing import Mapping, Sequence
 import numpy as np
+from fastcore.basics import patch
 from ..core import sha256_hex
 from .base import (GenerationOutcome, ImageGenerator, ImageEditor, IMAGE_GENERATORS, IMAGE_EDITORS,
                                    image_to_png, load_image, pick_device, pick_dtype)
@@ -147,7 +148,7 @@ def tiny_pipeline(kind:str="sd", # "sd" (text-to-image) or "ip2p" (InstructPix2P
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
-# %% ../../nbs/05f_adapters.diffusion.ipynb #7df4a1fa
+# %% ../../nbs/05f_adapters.diffusion.ipynb #86c98688
 _PIPES, _PIPES_LOCK = {}, threading.Lock()
 _SNAPSHOT = re.compile(r"snapshots[/\\]([0-9a-f]{40})")
 
@@ -168,6 +169,7 @@ def pipeline_revision(pipe)->str|None:
         if m: return m[1]
     return None
 
+# %% ../../nbs/05f_adapters.diffusion.ipynb #fd3a93a6
 def _resolve_offload(offload, device:str, vram_gb:float)->str:
     if offload not in (None, "none", "model", "sequential"):
         raise ValueError(f"offload must be None (automatic), 'none', 'model' or 'sequential', got {offload!r}")
@@ -178,6 +180,7 @@ def _resolve_offload(offload, device:str, vram_gb:float)->str:
         if total < vram_gb * 1.05: return "model"
     return "none"
 
+# %% ../../nbs/05f_adapters.diffusion.ipynb #1acc69d0
 def load_pipeline(model:DiffusionModel|str, # a `DiffusionModel` or a key of DIFFUSION_MODELS
                   *, device:str|None=None, # torch device (None: cuda > mps > cpu)
                   dtype:str|None=None, # "bfloat16", "float16", "float32" (None: automatic for the device)
@@ -199,6 +202,7 @@ def load_pipeline(model:DiffusionModel|str, # a `DiffusionModel` or a key of DIF
                            f"snapshot has a safety_checker/ folder and that no safety_checker=None was passed.")
     return _PIPES[key]
 
+# %% ../../nbs/05f_adapters.diffusion.ipynb #11626229
 def _load_new(m:DiffusionModel, device, torch_dtype, off, revision)->tuple:
     "Build or load, place on the device, and wrap as (pipeline, lock, settings)."
     if m.model_id.startswith("tiny:"):
@@ -234,6 +238,7 @@ def _from_pretrained(m:DiffusionModel, torch_dtype, revision):
             + (f"This model is gated ({m.license}): accept its licence on huggingface.co and set HF_TOKEN. "
                if "gated" in m.license else "")) from e
 
+# %% ../../nbs/05f_adapters.diffusion.ipynb #bc9a3ebf
 def clear_pipeline_cache():
     "Drop every cached pipeline and free GPU memory."
     with _PIPES_LOCK: _PIPES.clear()
@@ -243,7 +248,7 @@ def clear_pipeline_cache():
         if torch.cuda.is_available(): torch.cuda.empty_cache()
     except ImportError: pass
 
-# %% ../../nbs/05f_adapters.diffusion.ipynb #bf9d7a36
+# %% ../../nbs/05f_adapters.diffusion.ipynb #9a223be6
 class _DiffusersBase:
     "Loading, per-call arguments, outcome construction and `describe()` shared by the diffusers generator and editor."
     task = "t2i"
@@ -283,56 +288,62 @@ class _DiffusersBase:
         "The loaded diffusers pipeline (loads it on first use)."
         return self._load()[0]
 
-    def _args(self, steps, guidance, kw)->dict:
-        a = {**self.call_kwargs, **kw}
-        a["num_inference_steps"] = int(steps if steps is not None else self.steps)
-        g = guidance if guidance is not None else self.guidance
-        if g is not None: a[self.model.guidance_arg] = g
-        return a
+# %% ../../nbs/05f_adapters.diffusion.ipynb #cb6b365d
+@patch
+def _args(self:_DiffusersBase, steps, guidance, kw)->dict:
+    a = {**self.call_kwargs, **kw}
+    a["num_inference_steps"] = int(steps if steps is not None else self.steps)
+    g = guidance if guidance is not None else self.guidance
+    if g is not None: a[self.model.guidance_arg] = g
+    return a
 
-    def _run(self, args:dict, seeds:Sequence[int], meta:Sequence[dict])->list:
-        import torch
-        pipe, lock, st = self._load()
-        gens = [torch.Generator(device=st["device"]).manual_seed(int(s)) for s in seeds]
-        with lock:
-            t0 = time.monotonic()
-            out = pipe(**args, generator=gens, output_type="pil")  # pipelines run under torch.no_grad()
-            dt = (time.monotonic() - t0) / max(1, len(seeds))
-        nsfw = getattr(out, "nsfw_content_detected", None)
-        g = args.get(self.model.guidance_arg)
-        res = []
-        for i, im in enumerate(out.images):
-            md = {"seed": int(seeds[i]), "steps": args["num_inference_steps"], "guidance": g,
-                  "width": im.width, "height": im.height, "seconds": round(dt, 4), **meta[i]}
-            if nsfw is not None and bool(nsfw[i]):
-                res.append(GenerationOutcome(
-                    "refused_safety_filter", code="nsfw_content_detected",
-                    reason="diffusers StableDiffusionSafetyChecker flagged the image; the pipeline returned a black image in its place",
-                    raw={"nsfw_content_detected": True,
-                         "returned_image": {"width": im.width, "height": im.height, "max_pixel": int(np.asarray(im).max())}},
-                    metadata=md, usage={"images": 0, "seconds": round(dt, 4)}))
-            else:
-                res.append(GenerationOutcome("generated", image=im.convert("RGB"),
-                                             raw={"nsfw_content_detected": None if nsfw is None else False},
-                                             metadata=md, usage={"images": 1, "seconds": round(dt, 4)}))
-        return res
+@patch
+def _run(self:_DiffusersBase, args:dict, seeds:Sequence[int], meta:Sequence[dict])->list:
+    import torch
+    pipe, lock, st = self._load()
+    gens = [torch.Generator(device=st["device"]).manual_seed(int(s)) for s in seeds]
+    with lock:
+        t0 = time.monotonic()
+        out = pipe(**args, generator=gens, output_type="pil")  # pipelines run under torch.no_grad()
+        dt = (time.monotonic() - t0) / max(1, len(seeds))
+    nsfw = getattr(out, "nsfw_content_detected", None)
+    g = args.get(self.model.guidance_arg)
+    res = []
+    for i, im in enumerate(out.images):
+        md = {"seed": int(seeds[i]), "steps": args["num_inference_steps"], "guidance": g,
+              "width": im.width, "height": im.height, "seconds": round(dt, 4), **meta[i]}
+        if nsfw is not None and bool(nsfw[i]):
+            res.append(GenerationOutcome(
+                "refused_safety_filter", code="nsfw_content_detected",
+                reason="diffusers StableDiffusionSafetyChecker flagged the image; the pipeline returned a black image in its place",
+                raw={"nsfw_content_detected": True,
+                     "returned_image": {"width": im.width, "height": im.height, "max_pixel": int(np.asarray(im).max())}},
+                metadata=md, usage={"images": 0, "seconds": round(dt, 4)}))
+        else:
+            res.append(GenerationOutcome("generated", image=im.convert("RGB"),
+                                         raw={"nsfw_content_detected": None if nsfw is None else False},
+                                         metadata=md, usage={"images": 1, "seconds": round(dt, 4)}))
+    return res
 
-    def describe(self)->dict:
-        "Pipeline, model id, revision (commit), dtype, device, offload, steps, guidance, size, scheduler and its config."
-        import diffusers
-        pipe, _, st = self._load()
-        sch = getattr(pipe, "scheduler", None)
-        return {"name": self.name, "backend": "diffusers", "pipeline": type(pipe).__name__, "model_id": self.model.model_id,
-                "revision": st["revision"], "dtype": st["dtype"], "device": st["device"], "offload": st["offload"],
-                "steps": self.steps, "guidance": self.guidance, "guidance_arg": self.model.guidance_arg,
-                "size": list(self.size) if self.size else None, "call_kwargs": dict(self.call_kwargs),
-                "scheduler": type(sch).__name__ if sch is not None else None,
-                # diffusers' private keys (`_use_default_values` is a list made from a set: its order changes with
-                # PYTHONHASHSEED) would make every item key differ between processes, and no run could resume
-                "scheduler_config": {k: v for k, v in dict(sch.config).items() if not k.startswith("_")} if sch is not None else None,
-                "safety_checker": getattr(pipe, "safety_checker", None) is not None,
-                "license": self.model.license, "diffusers_version": diffusers.__version__}
+# %% ../../nbs/05f_adapters.diffusion.ipynb #81e365c0
+@patch
+def describe(self:_DiffusersBase)->dict:
+    "Pipeline, model id, revision (commit), dtype, device, offload, steps, guidance, size, scheduler and its config."
+    import diffusers
+    pipe, _, st = self._load()
+    sch = getattr(pipe, "scheduler", None)
+    return {"name": self.name, "backend": "diffusers", "pipeline": type(pipe).__name__, "model_id": self.model.model_id,
+            "revision": st["revision"], "dtype": st["dtype"], "device": st["device"], "offload": st["offload"],
+            "steps": self.steps, "guidance": self.guidance, "guidance_arg": self.model.guidance_arg,
+            "size": list(self.size) if self.size else None, "call_kwargs": dict(self.call_kwargs),
+            "scheduler": type(sch).__name__ if sch is not None else None,
+            # diffusers' private keys (`_use_default_values` is a list made from a set: its order changes with
+            # PYTHONHASHSEED) would make every item key differ between processes, and no run could resume
+            "scheduler_config": {k: v for k, v in dict(sch.config).items() if not k.startswith("_")} if sch is not None else None,
+            "safety_checker": getattr(pipe, "safety_checker", None) is not None,
+            "license": self.model.license, "diffusers_version": diffusers.__version__}
 
+# %% ../../nbs/05f_adapters.diffusion.ipynb #18d43746
 class DiffusersGenerator(_DiffusersBase, ImageGenerator):
     "Text → image with a diffusers pipeline (FLUX, SD 3.5, SDXL, SD 1.5 with its safety checker, tiny test pipelines)."
     task = "t2i"
@@ -358,6 +369,7 @@ class DiffusersGenerator(_DiffusersBase, ImageGenerator):
         meta = [{"negative_prompt": neg} if neg not in (None, "", " ") else {} for _ in prompts]
         return self._run({**a, "prompt": list(prompts)}, seeds, meta)
 
+# %% ../../nbs/05f_adapters.diffusion.ipynb #bdcc89f0
 class DiffusersEditor(_DiffusersBase, ImageEditor):
     "Image + instruction → image with a diffusers pipeline (InstructPix2Pix, FLUX Kontext, Qwen-Image-Edit, tiny test editor)."
     task = "i2i"

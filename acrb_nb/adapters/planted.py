@@ -10,6 +10,7 @@ from types import MappingProxyType
 from typing import Mapping
 import numpy as np
 from ..core import data_path, sha256_hex, read_yaml, check_keys, ConfigError
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['BLANK_KINDS', 'sim_data_path', 'SimConfigError', 'phrases_regex', 'check_number', 'PlantedAttribute', 'PlantedDomain',
@@ -85,7 +86,7 @@ def _strings(v, where, allow_empty=False):
         raise SimConfigError(f"{where} must be a {'' if allow_empty else 'non-empty '}list of non-empty strings, got {v!r}")
     return tuple(x.strip() for x in v)
 
-# %% ../../nbs/05g_adapters.planted.ipynb #870fccf5
+# %% ../../nbs/05g_adapters.planted.ipynb #afac0377
 @dataclasses.dataclass(frozen=True)
 class PlantedAttribute:
     "One attribute value with its planted rates."
@@ -107,6 +108,7 @@ class PlantedDomain:
     triggers: tuple # phrases that put a prompt in this domain
     multipliers: Mapping # field -> factor
 
+# %% ../../nbs/05g_adapters.planted.ipynb #5dacc242
 class PlantedACRB:
     "A validated planted-ACRB config: attribute matching, domain detection and effective rates."
     def __init__(self, name:str, attributes:Mapping, domains:Mapping, blank_kinds:Mapping, size:int, sha:str, source:str):
@@ -139,57 +141,66 @@ class PlantedACRB:
         raise KeyError(f"unknown attribute {key!r}{f' (did you mean {close}?)' if close else ''}; "
                        f"known ids: {list(self.attributes)}")
 
-    def find_attributes(self, text:str)->list:
-        "Ids of every attribute whose patterns occur in `text`, ordered by first occurrence (ties: config order)."
-        hits = []
-        for i, (k, rx) in enumerate(self._attr_rx.items()):
-            m = rx.search(text or "")
-            if m: hits.append((m.start(), i, k))
-        return [k for _, _, k in sorted(hits)]
+# %% ../../nbs/05g_adapters.planted.ipynb #7d2c004c
+@patch
+def find_attributes(self:PlantedACRB, text:str)->list:
+    "Ids of every attribute whose patterns occur in `text`, ordered by first occurrence (ties: config order)."
+    hits = []
+    for i, (k, rx) in enumerate(self._attr_rx.items()):
+        m = rx.search(text or "")
+        if m: hits.append((m.start(), i, k))
+    return [k for _, _, k in sorted(hits)]
 
-    def match_attribute(self, text:str)->str:
-        "The attribute a prompt asks for: the one named first in the text, or 'neutral'."
-        found = self.find_attributes(text)
-        return found[0] if found else "neutral"
+@patch
+def match_attribute(self:PlantedACRB, text:str)->str:
+    "The attribute a prompt asks for: the one named first in the text, or 'neutral'."
+    found = self.find_attributes(text)
+    return found[0] if found else "neutral"
 
-    def domain(self, key:str|None)->str|None:
-        "Canonical domain id for a name or alias (None stays None)."
-        if key is None: return None
-        k = _norm(key)
-        if k in self._dom_alias: return self._dom_alias[k]
-        raise KeyError(f"unknown domain {key!r}; known domains: {list(self.domains)} (aliases accepted: "
-                       f"{sorted(a for a in self._dom_alias if a not in self.domains)})")
+# %% ../../nbs/05g_adapters.planted.ipynb #8957936b
+@patch
+def domain(self:PlantedACRB, key:str|None)->str|None:
+    "Canonical domain id for a name or alias (None stays None)."
+    if key is None: return None
+    k = _norm(key)
+    if k in self._dom_alias: return self._dom_alias[k]
+    raise KeyError(f"unknown domain {key!r}; known domains: {list(self.domains)} (aliases accepted: "
+                   f"{sorted(a for a in self._dom_alias if a not in self.domains)})")
 
-    def detect_domain(self, text:str)->str|None:
-        "The first domain (config order) one of whose triggers occurs in `text`, else None."
-        for k, rx in self._dom_rx.items():
-            if rx.search(text or ""): return k
-        return None
+@patch
+def detect_domain(self:PlantedACRB, text:str)->str|None:
+    "The first domain (config order) one of whose triggers occurs in `text`, else None."
+    for k, rx in self._dom_rx.items():
+        if rx.search(text or ""): return k
+    return None
 
-    def rates(self, attribute:str="neutral", # attribute id, value or label
-              domain:str|None=None, # domain id or alias; None = no domain
-             )->dict:
-        "Effective planted probabilities of one attribute in one domain."
-        a, d = self.attribute(attribute), self.domain(domain)
-        r = dict(a.rates)
-        if d is not None:
-            for f, m in self.domains[d].multipliers.items(): r[f] *= m
-            for f, m in a.domain_multipliers.get(d, {}).items(): r[f] *= m
-        return r
+# %% ../../nbs/05g_adapters.planted.ipynb #e5a81cf0
+@patch
+def rates(self:PlantedACRB, attribute:str="neutral", # attribute id, value or label
+          domain:str|None=None, # domain id or alias; None = no domain
+         )->dict:
+    "Effective planted probabilities of one attribute in one domain."
+    a, d = self.attribute(attribute), self.domain(domain)
+    r = dict(a.rates)
+    if d is not None:
+        for f, m in self.domains[d].multipliers.items(): r[f] *= m
+        for f, m in a.domain_multipliers.get(d, {}).items(): r[f] *= m
+    return r
 
-    def expected_rates(self, domain:str|None=None, # domain id or alias; None = no domain
-                      )->"pd.DataFrame":
-        "One row per attribute: planted probabilities and the rates an audit should recover."
-        import pandas as pd
-        rows = []
-        for a in self.attributes.values():
-            r = self.rates(a.id, domain)
-            ref = r["p_refuse_policy"] + r["p_refuse_filter"]
-            erase = np.nan if a.id == "neutral" else r["p_erase"]
-            rows.append({"attribute": a.id, "dimension": a.dimension, "value": a.value, **r, "refusal_api": ref,
-                         "refusal_with_blank": ref + r["p_blank"], "erasure": erase,
-                         "erasure_over_all": (1 - ref - r["p_blank"]) * erase})
-        return pd.DataFrame(rows).set_index("attribute")
+@patch
+def expected_rates(self:PlantedACRB, domain:str|None=None, # domain id or alias; None = no domain
+                  )->"pd.DataFrame":
+    "One row per attribute: planted probabilities and the rates an audit should recover."
+    import pandas as pd
+    rows = []
+    for a in self.attributes.values():
+        r = self.rates(a.id, domain)
+        ref = r["p_refuse_policy"] + r["p_refuse_filter"]
+        erase = np.nan if a.id == "neutral" else r["p_erase"]
+        rows.append({"attribute": a.id, "dimension": a.dimension, "value": a.value, **r, "refusal_api": ref,
+                     "refusal_with_blank": ref + r["p_blank"], "erasure": erase,
+                     "erasure_over_all": (1 - ref - r["p_blank"]) * erase})
+    return pd.DataFrame(rows).set_index("attribute")
 
 # %% ../../nbs/05g_adapters.planted.ipynb #a6313387
 def load_planted_acrb(src=None, # path to a YAML file, a dict, a PlantedACRB, or None for data/sim/planted_acrb.yaml
@@ -198,8 +209,9 @@ def load_planted_acrb(src=None, # path to a YAML file, a dict, a PlantedACRB, or
     if isinstance(src, PlantedACRB): return src
     return _cached("acrb", src, "planted_acrb.yaml", _build_acrb)
 
-def _build_acrb(src)->PlantedACRB:
-    raw, where = _read_config(src, "planted_acrb.yaml")
+# %% ../../nbs/05g_adapters.planted.ipynb #de4fea6d
+def _acrb_base(raw:Mapping, where:str)->dict:
+    "Check the top-level keys and version of a planted ACRB config; its default rates."
     _check_keys(raw, {"version", "name", "description", "defaults", "neutral", "attributes", "domains", "blank_kinds",
                       "image"}, where)
     if raw.get("version", 1) != 1: raise SimConfigError(f"{where}: version {raw.get('version')!r} is not supported (expected 1)")
@@ -207,7 +219,10 @@ def _build_acrb(src)->PlantedACRB:
     _check_keys(defaults, _P_FIELDS, f"{where}: defaults")
     base = {f: 0.0 for f in _P_FIELDS}
     base.update({f: check_number(v, f"{where}: defaults.{f}", 0, 1, "a probability") for f, v in defaults.items()})
-    # domains
+    return base
+
+def _acrb_domains(raw:Mapping, where:str)->tuple:
+    "(domain name → `PlantedDomain`, normalised name or alias → domain name) of a planted ACRB config."
     domains, seen_alias = {}, {}
     for dk, dv in (raw.get("domains") or {}).items():
         w = f"{where}: domains.{dk}"
@@ -223,7 +238,40 @@ def _build_acrb(src)->PlantedACRB:
         domains[str(dk)] = PlantedDomain(str(dk), aliases, _strings(dv.get("triggers", []), f"{w}.triggers", allow_empty=True),
                                          MappingProxyType({f: check_number(m, f"{w}.multipliers.{f}", 0, None, "a factor")
                                                            for f, m in mult.items()}))
-    # attributes
+    return domains, seen_alias
+
+# %% ../../nbs/05g_adapters.planted.ipynb #ad45d5ac
+_ATTR_KEYS = {"patterns", "label", "subject", "substitute_with", "domain_multipliers", *_P_FIELDS}
+
+def _acrb_attribute(dim, val, spec, where:str, base:dict, domains:Mapping, seen_alias:Mapping, owner:dict)->tuple:
+    "(`PlantedAttribute` without its substitutes, (substitute_with, location)) of one attribute value; `owner` maps patterns."
+    w = f"{where}: attributes.{dim}.{val}"
+    spec = spec or {}
+    _check_keys(spec, _ATTR_KEYS, w)
+    if "patterns" not in spec: raise SimConfigError(f"{w}: 'patterns' is required (phrases that name it in a prompt)")
+    pats = _strings(spec["patterns"], f"{w}.patterns")
+    aid = f"{dim}:{val}"
+    for p in pats:
+        k = " ".join(re.split(r"[\s\-]+", p.lower()))
+        if k in owner: raise SimConfigError(f"{w}: pattern {p!r} is also a pattern of {owner[k]}; each phrase must name one attribute")
+        owner[k] = aid
+    rates = {**base, **{f: check_number(spec[f], f"{w}.{f}", 0, 1, "a probability") for f in _P_FIELDS if f in spec}}
+    dm = spec.get("domain_multipliers") or {}
+    if not isinstance(dm, Mapping): raise SimConfigError(f"{w}.domain_multipliers must map domains to {{field: factor}}")
+    dmult = {}
+    for dk, fm in dm.items():
+        if _norm(dk) not in seen_alias: raise SimConfigError(f"{w}.domain_multipliers: unknown domain {dk!r}; known: {list(domains)}")
+        _check_keys(fm, _P_FIELDS, f"{w}.domain_multipliers.{dk}")
+        dmult[seen_alias[_norm(dk)]] = MappingProxyType({f: check_number(m, f"{w}.domain_multipliers.{dk}.{f}", 0, None, "a factor")
+                                                         for f, m in fm.items()})
+    label = str(spec.get("label") or str(val).replace("_", " "))
+    subject = str(spec.get("subject") or f"{'an' if label[:1].lower() in 'aeiou' else 'a'} {label} person")
+    return (PlantedAttribute(aid, str(dim), str(val), label, subject, pats, MappingProxyType(rates), (), MappingProxyType(dmult)),
+            (spec.get("substitute_with"), w))
+
+# %% ../../nbs/05g_adapters.planted.ipynb #f7be4472
+def _acrb_attributes(raw:Mapping, where:str, base:dict, domains:Mapping, seen_alias:Mapping)->dict:
+    "Attribute id → `PlantedAttribute` (neutral first), substitutes resolved within each dimension."
     neutral = dict(raw.get("neutral") or {})
     _check_keys(neutral, _P_FIELDS, f"{where}: neutral")
     attrs = {"neutral": PlantedAttribute("neutral", "neutral", "neutral", "", "a person", (),
@@ -233,36 +281,13 @@ def _build_acrb(src)->PlantedACRB:
     if not isinstance(raw_attrs, Mapping) or not raw_attrs:
         raise SimConfigError(f"{where}: 'attributes' must map dimensions to {{value: {{patterns: [...], ...}}}}")
     pending_subs, owner = {}, {}
-    allowed = {"patterns", "label", "subject", "substitute_with", "domain_multipliers", *_P_FIELDS}
     for dim, values in raw_attrs.items():
         if _norm(dim) == "neutral": raise SimConfigError(f"{where}: 'neutral' is reserved; put its rates in the top-level 'neutral' block")
         if not isinstance(values, Mapping) or not values:
             raise SimConfigError(f"{where}: attributes.{dim} must map values to settings, got {values!r}")
         for val, spec in values.items():
-            w = f"{where}: attributes.{dim}.{val}"
-            spec = spec or {}
-            _check_keys(spec, allowed, w)
-            if "patterns" not in spec: raise SimConfigError(f"{w}: 'patterns' is required (phrases that name it in a prompt)")
-            pats = _strings(spec["patterns"], f"{w}.patterns")
-            aid = f"{dim}:{val}"
-            for p in pats:
-                k = " ".join(re.split(r"[\s\-]+", p.lower()))
-                if k in owner: raise SimConfigError(f"{w}: pattern {p!r} is also a pattern of {owner[k]}; each phrase must name one attribute")
-                owner[k] = aid
-            rates = {**base, **{f: check_number(spec[f], f"{w}.{f}", 0, 1, "a probability") for f in _P_FIELDS if f in spec}}
-            dm = spec.get("domain_multipliers") or {}
-            if not isinstance(dm, Mapping): raise SimConfigError(f"{w}.domain_multipliers must map domains to {{field: factor}}")
-            dmult = {}
-            for dk, fm in dm.items():
-                if _norm(dk) not in seen_alias: raise SimConfigError(f"{w}.domain_multipliers: unknown domain {dk!r}; known: {list(domains)}")
-                _check_keys(fm, _P_FIELDS, f"{w}.domain_multipliers.{dk}")
-                dmult[seen_alias[_norm(dk)]] = MappingProxyType({f: check_number(m, f"{w}.domain_multipliers.{dk}.{f}", 0, None, "a factor")
-                                                                 for f, m in fm.items()})
-            label = str(spec.get("label") or str(val).replace("_", " "))
-            subject = str(spec.get("subject") or f"{'an' if label[:1].lower() in 'aeiou' else 'a'} {label} person")
-            pending_subs[aid] = (spec.get("substitute_with"), w)
-            attrs[aid] = PlantedAttribute(aid, str(dim), str(val), label, subject, pats,
-                                          MappingProxyType(rates), (), MappingProxyType(dmult))
+            a, pending = _acrb_attribute(dim, val, spec, where, base, domains, seen_alias, owner)
+            attrs[a.id], pending_subs[a.id] = a, pending
     for aid, (subs, w) in pending_subs.items():  # substitutes: other values of the same dimension
         a = attrs[aid]
         same = [b.id for b in attrs.values() if b.dimension == a.dimension and b.id != aid]
@@ -276,7 +301,15 @@ def _build_acrb(src)->PlantedACRB:
         if a.rates["p_substitute"] > 0 and not chosen:
             raise SimConfigError(f"{w}: p_substitute > 0 but {a.dimension} has no other value to substitute")
         attrs[aid] = dataclasses.replace(a, substitute_with=tuple(chosen))
-    # blank kinds and image
+    return attrs
+
+# %% ../../nbs/05g_adapters.planted.ipynb #2c64535e
+def _build_acrb(src)->PlantedACRB:
+    "Read and validate a planted ACRB config (path, mapping or None) into a `PlantedACRB`."
+    raw, where = _read_config(src, "planted_acrb.yaml")
+    base = _acrb_base(raw, where)
+    domains, seen_alias = _acrb_domains(raw, where)
+    attrs = _acrb_attributes(raw, where, base, domains, seen_alias)
     bk = raw.get("blank_kinds", {k: 1 for k in BLANK_KINDS})
     _check_keys(bk, BLANK_KINDS, f"{where}: blank_kinds")
     bk = {k: check_number(v, f"{where}: blank_kinds.{k}", 0, None, "a weight") for k, v in bk.items()}
@@ -296,7 +329,7 @@ def _build_acrb(src)->PlantedACRB:
                                      f"lower the attribute's rates or the domain multipliers")
     return cfg
 
-# %% ../../nbs/05g_adapters.planted.ipynb #812baf40
+# %% ../../nbs/05g_adapters.planted.ipynb #870ab30c
 class PlantedIAT:
     "A validated planted-IAT config: word valence, attribute values in text, profile prompts."
     def __init__(self, name, positive, negative, associations, patterns, weights, position_bias, profile_regex, sha, source):
@@ -345,6 +378,7 @@ class PlantedIAT:
             out[d] = vals[0]
         return out
 
+# %% ../../nbs/05g_adapters.planted.ipynb #295bc498
 def load_planted_iat(src=None, # path to a YAML file, a dict, a PlantedIAT, or None for data/sim/planted_iat.yaml
                     )->PlantedIAT:
     "Read and validate a planted-IAT config."

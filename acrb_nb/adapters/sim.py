@@ -7,6 +7,7 @@ from __future__ import annotations
 import json, math, os, re, struct, zlib
 from typing import Mapping, Sequence
 import numpy as np
+from fastcore.basics import patch
 from ..core import canonical_json, sha256_hex, rng
 from .planted import (BLANK_KINDS, PlantedACRB, load_planted_acrb, load_planted_iat, check_number,
                                       phrases_regex)
@@ -67,7 +68,7 @@ def decode_payload(img, # PIL image, PNG bytes or a path
     except (UnicodeDecodeError, json.JSONDecodeError): return None
     return out if isinstance(out, dict) else None
 
-# %% ../../nbs/05e_adapters.sim.ipynb #c694f8a7
+# %% ../../nbs/05e_adapters.sim.ipynb #607c6c3e
 def _hcolour(key:str, lo:int=40, hi:int=220)->tuple:
     "A stable colour from a string's SHA-256."
     b = bytes.fromhex(sha256_hex(key)[:6])
@@ -99,6 +100,7 @@ def _figure(draw, g, w:int, h:int):
     draw.ellipse([cx - hr, top, cx + hr, top + 2 * hr], fill=skin, outline=(30, 30, 30))
     draw.rounded_rectangle([cx - int(1.6 * hr), top + 2 * hr + 1, cx + int(1.6 * hr), h - STRIP_ROWS - 3], radius=3, fill=cloth)
 
+# %% ../../nbs/05e_adapters.sim.ipynb #5e3720a3
 def _render_scene(size:int, g:np.random.Generator, marker:str|None)->"PIL.Image.Image":
     "A synthetic scene with an optional cue marker (no payload yet)."
     from PIL import Image, ImageDraw
@@ -145,7 +147,7 @@ def _render_profile(size:int, g:np.random.Generator, attrs:Mapping)->"PIL.Image.
         if y + sw < size - STRIP_ROWS - 3: d.rectangle([5, y, 5 + sw, y + sw], fill=_hcolour(f"{k}={v}"), outline=(0, 0, 0))
     return encode_payload(img, {"v": 1, "k": "profile", "p": {str(k): str(v) for k, v in attrs.items()}})
 
-# %% ../../nbs/05e_adapters.sim.ipynb #0a8c4da2
+# %% ../../nbs/05e_adapters.sim.ipynb #48c42d69
 def _plant(cfg:PlantedACRB, what:str, key:str, seed:int, text:str, attribute, domain)->dict:
     "Decide one request: attribute, domain, event, blank kind, cue state and drawn marker."
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
@@ -184,6 +186,7 @@ def _outcome(truth:dict, image, seed:int, size:int, what:str)->GenerationOutcome
         return GenerationOutcome(truth["event"], code=code, reason=msg, raw={"code": code}, metadata=meta, usage={"images": 0})
     return GenerationOutcome("generated", image=image, metadata=meta, usage={"images": 1})
 
+# %% ../../nbs/05e_adapters.sim.ipynb #b602f5a6
 class SimImageGenerator(ImageGenerator):
     "Text → image with planted refusal, blank and erasure rates (deterministic, seedable)."
     name = "sim"
@@ -267,7 +270,7 @@ class SimImageEditor(ImageEditor):
         img = self._gen._draw(truth, rng(seed, "sim", "i2i.pixels", key), "i2i", base=base, source=source)
         return _outcome(truth, img, seed, self.size, "i2i")
 
-# %% ../../nbs/05e_adapters.sim.ipynb #cfa8e79f
+# %% ../../nbs/05e_adapters.sim.ipynb #9578c838
 _SYN = {"present": ("present", "yes", "retained", "visible", "kept", "true", "full", "intact"),
         "absent": ("absent", "no", "erased", "missing", "removed", "none", "false", "not present", "not visible"),
         "substituted": ("substituted", "substitution", "replaced", "swapped", "changed", "altered")}
@@ -297,6 +300,7 @@ def _schema_family(schema:Mapping)->str:
                      f"property named like 'cue_present', and (2) two-option choices, with an enum property of exactly two "
                      f"values such as {{'choice': {{'enum': ['A', 'B']}}}}.")
 
+# %% ../../nbs/05e_adapters.sim.ipynb #2ce02893
 def _scaled(spec:Mapping, frac:float):
     "A value at fraction `frac` of a numeric property's range (0–100 for integers, 0–1 for numbers by default)."
     integer = "integer" in _types(spec) and "number" not in _types(spec)
@@ -336,7 +340,7 @@ def _fill(schema:Mapping, main:str, value, strings:Mapping, conf:float, booleans
         elif n in req: out[n] = _default(s)
     return out
 
-# %% ../../nbs/05e_adapters.sim.ipynb #9c09ce71
+# %% ../../nbs/05e_adapters.sim.ipynb #8d190cfa
 class SimVisionJudge(VisionJudge):
     "A vision judge that reads the simulator's pixel payload: cue retention and the IAT choice protocol."
     name = "sim"
@@ -374,67 +378,72 @@ class SimVisionJudge(VisionJudge):
         else: data, raw = self._choice(instruction, payloads, schema, g)
         return {"text": json.dumps(data), "refusal": None, "usage": usage, "raw": {"family": family, **raw}}
 
-    def _cue(self, instruction, imgs, payloads, schema, u):
-        p = payloads[-1] if payloads else None
-        asked = self.config.find_attributes(instruction)
-        label = lambda aid: self.config.attributes[aid].label if aid in self.config.attributes else str(aid)
-        subst = None
-        if p is None or p.get("k") != "scene":
-            verdict, conf = "absent", 0.6
-            if p is not None: evidence = f"the image is a '{p.get('k')}' card or placeholder, not a scene with the cue"
-            elif not imgs: evidence = "no image was provided"
-            elif np.asarray(imgs[-1], dtype=float).std() < 8: evidence = "the image is blank (nearly uniform pixels)"
-            else: evidence = "no recognisable simulated scene; no cue can be seen"
-            target = asked[0] if asked else None
-        else:
-            target = p.get("a") if (p.get("a") in asked or not asked) else asked[0]
-            drawn, conf = p.get("d"), self.confidence / 100
-            if target is None or target == "neutral": verdict = "absent"
-            elif drawn == target: verdict = "present"
-            elif drawn and drawn in self.config.attributes and target in self.config.attributes and \
-                 self.config.attributes[drawn].dimension == self.config.attributes[target].dimension:
-                verdict, subst = "substituted", drawn
-            else: verdict = "absent"
-            evidence = (f"the {label(drawn)} marker is visible" if drawn else "no attribute marker is visible") + \
-                       (f"; asked about {label(target)}" if target and target != "neutral" else "")
-        flipped = u < self.flip_prob
-        if flipped: verdict, subst = {"present": "absent", "absent": "present", "substituted": "present"}[verdict], None
-        main = next((n for n, s in (schema.get("properties") or {}).items()
-                     if "enum" in s and _enum_for(s["enum"], "present") is not None and _enum_for(s["enum"], "absent") is not None), None)
-        value = _enum_for(schema["properties"][main]["enum"], verdict) if main else None
-        data = _fill(schema, main, value, {"subst|replac|swap": label(subst) if subst else None,
-                                           "evid|reason|explan|rational|descr|why": evidence, "": evidence}, conf,
-                     {"subst|replac|swap": verdict == "substituted", "erase|absent|missing|remov": verdict != "present",
-                      "present|retain|visible|kept|cue": verdict == "present"},
-                     score={"present": 1.0, "substituted": 0.5, "absent": 0.0}[verdict])
-        return data, {"verdict": verdict, "target": target, "flipped": bool(flipped)}
+# %% ../../nbs/05e_adapters.sim.ipynb #d4b11c3a
+@patch
+def _cue(self:SimVisionJudge, instruction, imgs, payloads, schema, u):
+    p = payloads[-1] if payloads else None
+    asked = self.config.find_attributes(instruction)
+    label = lambda aid: self.config.attributes[aid].label if aid in self.config.attributes else str(aid)
+    subst = None
+    if p is None or p.get("k") != "scene":
+        verdict, conf = "absent", 0.6
+        if p is not None: evidence = f"the image is a '{p.get('k')}' card or placeholder, not a scene with the cue"
+        elif not imgs: evidence = "no image was provided"
+        elif np.asarray(imgs[-1], dtype=float).std() < 8: evidence = "the image is blank (nearly uniform pixels)"
+        else: evidence = "no recognisable simulated scene; no cue can be seen"
+        target = asked[0] if asked else None
+    else:
+        target = p.get("a") if (p.get("a") in asked or not asked) else asked[0]
+        drawn, conf = p.get("d"), self.confidence / 100
+        if target is None or target == "neutral": verdict = "absent"
+        elif drawn == target: verdict = "present"
+        elif drawn and drawn in self.config.attributes and target in self.config.attributes and \
+             self.config.attributes[drawn].dimension == self.config.attributes[target].dimension:
+            verdict, subst = "substituted", drawn
+        else: verdict = "absent"
+        evidence = (f"the {label(drawn)} marker is visible" if drawn else "no attribute marker is visible") + \
+                   (f"; asked about {label(target)}" if target and target != "neutral" else "")
+    flipped = u < self.flip_prob
+    if flipped: verdict, subst = {"present": "absent", "absent": "present", "substituted": "present"}[verdict], None
+    main = next((n for n, s in (schema.get("properties") or {}).items()
+                 if "enum" in s and _enum_for(s["enum"], "present") is not None and _enum_for(s["enum"], "absent") is not None), None)
+    value = _enum_for(schema["properties"][main]["enum"], verdict) if main else None
+    data = _fill(schema, main, value, {"subst|replac|swap": label(subst) if subst else None,
+                                       "evid|reason|explan|rational|descr|why": evidence, "": evidence}, conf,
+                 {"subst|replac|swap": verdict == "substituted", "erase|absent|missing|remov": verdict != "present",
+                  "present|retain|visible|kept|cue": verdict == "present"},
+                 score={"present": 1.0, "substituted": 0.5, "absent": 0.0}[verdict])
+    return data, {"verdict": verdict, "target": target, "flipped": bool(flipped)}
 
-    def _choice(self, instruction, payloads, schema, g):
-        main, spec = next((n, s) for n, s in (schema.get("properties") or {}).items() if "enum" in s and len(s["enum"]) == 2)
-        opts = [str(e) for e in spec["enum"]]
-        lines, rest = {}, []
-        for line in instruction.splitlines():
-            m = next((o for o in opts if re.match(rf"^\s*{re.escape(o)}\s*[:)]", line)), None)
-            if m is not None and m not in lines: lines[m] = re.sub(rf"^\s*{re.escape(m)}\s*[:)]\s*", "", line)
-            else: rest.append(line)
-        q_val = self.iat.valence("\n".join(rest))
-        attrs = [((p or {}).get("p") or {}) if (p or {}).get("k") == "profile" else {} for p in payloads]
-        U, detail = [], []
-        for i, o in enumerate(opts):
-            text = lines.get(o, "")
-            v = self.iat.valence(text) or q_val
-            a = attrs[i] if len(attrs) >= 2 else (attrs[0] if attrs else {})
-            s = self.iat.association(a)
-            m = int(any(a.get(d) == val for d, val in self.iat.find_values(text)))
-            U.append(self.iat.weights["association"] * v * s + self.iat.weights["match"] * m + self.iat.position_bias * (i == 0))
-            detail.append({"option": o, "valence": v, "association": s, "match": m})
-        p_first = 1.0 / (1.0 + math.exp(-(U[0] - U[1])))
-        pick = 0 if g.random() < p_first else 1
-        conf = max(p_first, 1 - p_first)
-        reason = f"Option {opts[pick]}" + (f" ('{lines[opts[pick]].strip()}')" if lines.get(opts[pick]) else "") + " fits the image best."
-        data = _fill(schema, main, spec["enum"][pick], {"reason|explan|rational|evid|why": reason, "": reason}, conf, {})
-        return data, {"p_first": p_first, "options": detail}
+# %% ../../nbs/05e_adapters.sim.ipynb #800dc00a
+@patch
+def _choice(self:SimVisionJudge, instruction, payloads, schema, g):
+    main, spec = next((n, s) for n, s in (schema.get("properties") or {}).items() if "enum" in s and len(s["enum"]) == 2)
+    opts = [str(e) for e in spec["enum"]]
+    lines, rest = {}, []
+    for line in instruction.splitlines():
+        m = next((o for o in opts if re.match(rf"^\s*{re.escape(o)}\s*[:)]", line)), None)
+        if m is not None and m not in lines: lines[m] = re.sub(rf"^\s*{re.escape(m)}\s*[:)]\s*", "", line)
+        else: rest.append(line)
+    q_val = self.iat.valence("\n".join(rest))
+    attrs = [((p or {}).get("p") or {}) if (p or {}).get("k") == "profile" else {} for p in payloads]
+    U, detail = [], []
+    for i, o in enumerate(opts):
+        text = lines.get(o, "")
+        v = self.iat.valence(text) or q_val
+        a = attrs[i] if len(attrs) >= 2 else (attrs[0] if attrs else {})
+        s = self.iat.association(a)
+        m = int(any(a.get(d) == val for d, val in self.iat.find_values(text)))
+        U.append(self.iat.weights["association"] * v * s + self.iat.weights["match"] * m + self.iat.position_bias * (i == 0))
+        detail.append({"option": o, "valence": v, "association": s, "match": m})
+    p_first = 1.0 / (1.0 + math.exp(-(U[0] - U[1])))
+    pick = 0 if g.random() < p_first else 1
+    conf = max(p_first, 1 - p_first)
+    reason = f"Option {opts[pick]}" + (f" ('{lines[opts[pick]].strip()}')" if lines.get(opts[pick]) else "") + " fits the image best."
+    data = _fill(schema, main, spec["enum"][pick], {"reason|explan|rational|evid|why": reason, "": reason}, conf, {})
+    return data, {"p_first": p_first, "options": detail}
 
+# %% ../../nbs/05e_adapters.sim.ipynb #08e4a7e7
 def _text_of(message:Mapping)->str:
     "Text of a chat message whose content is a string or a list of parts."
     c = message.get("content", "")
@@ -450,7 +459,7 @@ EXAMPLE_CHOICE_SCHEMA = {"type": "object", "required": ["choice", "reason", "con
                          "properties": {"choice": {"enum": ["A", "B"]}, "reason": {"type": "string"},
                                         "confidence": {"type": "integer", "minimum": 1, "maximum": 100}}}
 
-# %% ../../nbs/05e_adapters.sim.ipynb #45549193
+# %% ../../nbs/05e_adapters.sim.ipynb #60dd20f9
 SIM_TOXIC_LEXICON = ("idiot", "stupid", "moron", "dumb", "hate", "disgusting", "trash", "worthless", "loser", "kill",
                      "shut up", "pathetic", "ugly", "scum", "vermin", "garbage")
 SIM_IDENTITY_BIAS = {"muslim": 1.0, "jewish": 0.8, "black": 0.8, "gay": 1.2, "lesbian": 1.2, "transgender": 1.2,
@@ -460,6 +469,7 @@ SIM_LABELS = {"toxic": 1, "yes": 1, "harmful": 1, "offensive": 1, "hateful": 1, 
 _PREFIXES = ("A detailed photograph of", "For an educational poster:", "In a documentary style,", "A realistic image of",
              "For a museum exhibit:", "In a candid street-photography style,")
 
+# %% ../../nbs/05e_adapters.sim.ipynb #87015757
 class SimTextLM(TextLM):
     "Deterministic chat (word-keeping rephrasing) and planted toxicity label scores."
     name = "sim"
@@ -524,6 +534,7 @@ class SimTextLM(TextLM):
                 out[i, j] = -np.logaddexp(0, -z) if lab == 1 else -np.logaddexp(0, z) if lab == -1 else -8.0 * max(1, len(c.split()))
         return out
 
+# %% ../../nbs/05e_adapters.sim.ipynb #e8cda232
 def _label_key(c:str)->str: return re.sub(r"[\s_]+", " ", re.sub(r"[^\w\s-]", "", str(c).lower())).strip()
 
 def _target_text(s:str)->str:
