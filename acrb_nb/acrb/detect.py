@@ -18,7 +18,7 @@ __all__ = ['PUBLIC_IMAGES', 'KINDS', 'FEATURES', 'REFUSAL_TEXTS', 'CONTENT_TEXTS
            'PixelRefusalDetector', 'split_fixtures', 'fixtures_sha256', 'evaluate_detector', 'default_detector',
            'clip_refusal_scores', 'fit_clip_threshold']
 
-# %% ../../nbs/12_acrb.detect.ipynb #7ada9a21
+# %% ../../nbs/12_acrb.detect.ipynb #0c6949a3
 PUBLIC_IMAGES = data_path("images", "public", must_exist=False)  # public-domain / CC0 photographs (data/images/README.md)
 _BANNER_TEXTS = ["Content blocked", "This image was filtered", "Unable to generate image", "Image unavailable",
                  "Request violates content policy", "Safety filter", "Error 451", "Generation failed"]
@@ -50,6 +50,7 @@ def _flat_illustration(g, s):
             int(g.integers(3))]([x - r, y - r, x + r, y + r], fill=c)
     return im
 
+# %% ../../nbs/12_acrb.detect.ipynb #1e2820d0
 def _photo(g, photos, s, hard=None):
     im = photos[int(g.integers(len(photos)))]
     w, h = im.size; c = int(min(w, h) * g.uniform(.6, 1.0))
@@ -106,6 +107,7 @@ def _placeholder(g, s):
         d.text((s * .12, s * .6), "Image not available", fill=dark, font=_font(max(8, s // 12)))
     return im
 
+# %% ../../nbs/12_acrb.detect.ipynb #ba4983b5
 KINDS = ("normal", "blank", "noise", "blurred", "banner", "placeholder")
 
 def build_detector_fixtures(out_dir=None, # write PNGs + labels.csv here (None: keep in memory only)

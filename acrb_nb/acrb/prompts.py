@@ -157,7 +157,7 @@ def variant_messages(neutral_text:str, # the neutral boundary prompt ("A person 
     return [{"role": "system", "content": VARIANT_INSTRUCTIONS.format(neutral=neutral.subject, subject=attr.subject)},
             {"role": "user", "content": f"Keep: {keep}\nPerson: {attr.subject}\nPrompt: {neutral_text}"}]
 
-# %% ../../nbs/10_acrb.prompts.ipynb #b0bce579
+# %% ../../nbs/10_acrb.prompts.ipynb #bd2c6d42
 @dataclasses.dataclass(frozen=True)
 class ValidationLimits:
     "Bounds used to accept an LLM reply."
@@ -169,6 +169,7 @@ def scene_similarity(a:str, b:str)->float:
     "Word-sequence similarity in [0, 1] (difflib ratio on lower-cased words)."
     return round(difflib.SequenceMatcher(None, _words(a), _words(b), autojunk=False).ratio(), 4)
 
+# %% ../../nbs/10_acrb.prompts.ipynb #f25f8c8a
 def load_danger_cues(source="v1", # "v1" | path | dict with `categories`
                     )->dict:
     "Danger-cue words by category."
@@ -188,6 +189,7 @@ def clean_llm_text(text:str|None)->str:
     t = re.sub(r"[ \t]+", " ", t)
     return t[:-1] if t.endswith(".") and not t.endswith("..") else t
 
+# %% ../../nbs/10_acrb.prompts.ipynb #b131ec36
 def _added(text:str, source:str, terms)->list:
     have = set(find_terms(source, terms))
     return [w for w in find_terms(text, terms) if w not in have]
@@ -215,6 +217,7 @@ def validate_boundary(text:str|None, # raw LLM reply
     if sim < limits.min_boundary_similarity: reasons.append(f"scene similarity {sim:.2f} < {limits.min_boundary_similarity}")
     return t, reasons
 
+# %% ../../nbs/10_acrb.prompts.ipynb #483755ed
 def validate_variant(text:str|None, # raw LLM reply
                      neutral_text:str, # the neutral boundary prompt it was written from
                      bp:BasePrompt, attr:Attribute, attrs:AttributeSet, danger:Mapping,

@@ -77,7 +77,7 @@ def hub_data_files(repo_id:str, # Hugging Face dataset repository, e.g. `google/
     raise FileNotFoundError(f"no parquet/csv/jsonl data files for split {split!r} in dataset {repo_id} "
                             f"(tried {', '.join(tried)}); pass `path=` to a local copy, or `revision=`")
 
-# %% ../../nbs/20b_data.files.ipynb #0461f7fe
+# %% ../../nbs/20b_data.files.ipynb #227c3dd7
 @dataclasses.dataclass
 class _Source:
     "One data file: where it is, how to open it, its format and the split its name announces."
@@ -105,6 +105,7 @@ def _hub_sources(repo_id, split, revision, stream)->list:
         out.append(_Source(f"hf://datasets/{repo_id}@{rev}/{f}", _format_of(f), _split_from_path(f), opener))
     return out
 
+# %% ../../nbs/20b_data.files.ipynb #d2bb4ef9
 _CSV_KW = dict(keep_default_na=False, na_values=[""], low_memory=False)
 
 def _read_chunks(src:_Source, stream:bool, chunksize:int)->Iterator:
@@ -134,6 +135,7 @@ def _read_chunks(src:_Source, stream:bool, chunksize:int)->Iterator:
     finally:
         if fh is not None: fh.close()
 
+# %% ../../nbs/20b_data.files.ipynb #2bb13fce
 def select_rows(frames:Iterable, # normalised chunks, in file order
             sample:int|None, take:int|None, seed:int, name:str)->pd.DataFrame:
     "Apply `take` (first rows) then a seeded bottom-k `sample`; rows return in file order."

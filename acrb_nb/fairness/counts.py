@@ -10,11 +10,12 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 from scipy import sparse
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['identity_membership', 'GroupCounts', 'CountEngine', 'count_engine', 'group_counts']
 
-# %% ../../nbs/30a_fairness.counts.ipynb #b97a517b
+# %% ../../nbs/30a_fairness.counts.ipynb #0acf5844
 def _as_frame(sensitive_features)->pd.DataFrame:
     "Identity columns as a DataFrame (from a DataFrame, Series, dict of columns, or 1-D/2-D array)."
     sf = sensitive_features
@@ -27,6 +28,7 @@ def _as_frame(sensitive_features)->pd.DataFrame:
     raise ValueError(f"sensitive_features must be a DataFrame, Series, dict of columns or a 1-D/2-D array; "
                      f"got an array with {a.ndim} dimensions")
 
+# %% ../../nbs/30a_fairness.counts.ipynb #49e2fd6c
 def _column_codes(name, s:pd.Series, threshold:float)->dict:
     "Membership codes (1 member, 0 non-member, -1 unknown) of one identity column: one entry per identity."
     dt = s.dtype
@@ -66,6 +68,7 @@ def _and3(a:np.ndarray, b:np.ndarray)->np.ndarray:
     "Three-valued AND of membership codes: 1 if both 1, 0 if either 0, else -1 (unknown)."
     return np.where((a == 0) | (b == 0), 0, np.where((a == 1) & (b == 1), 1, -1)).astype(np.int8)
 
+# %% ../../nbs/30a_fairness.counts.ipynb #e679a28c
 def _membership_codes(sensitive_features, # identity columns (see `identity_membership`)
                       threshold:float=0.5, # fraction columns: member iff value >= threshold
                       intersections=None, # None, True (all cross-column pairs) or a list of (identity, identity) pairs
@@ -179,36 +182,6 @@ class CountEngine:
         self.gs, self.ge = starts[block[self.pos]], ends[block[self.pos]]  # their tie blocks [gs, ge)
 
     # -- many distinct scores: cumulative counts along the sorted rows ------------------------------------------
-    def _pairs(self, q, Ws, Wp, mp):
-        "Sum over positives of (# q-negatives below + half the tied ones), split by positives' membership (B, 3); and |q|."
-        if Ws is None:
-            C = np.zeros(self.n + 1, np.int32 if self.n < 2**30 else np.int64)
-            np.cumsum(q, out=C[1:])
-            h = C[self.gs] + C[self.ge]
-            return 0.5 * np.bincount(mp, weights=h, minlength=3)[None], C[-1:].astype(np.float64)
-        C = _excl_cumsum(Ws * q)
-        h = (C[:, self.gs] + C[:, self.ge]) * Wp
-        oh = np.zeros((len(mp), 3)); oh[np.arange(len(mp)), mp] = 1
-        return 0.5 * (h @ oh), C[:, -1]
-
-    def _auc_rows(self, W, WT, B, K):
-        Ws = None if W is None else W[:, self.order]
-        Wp = None if W is None else Ws[:, self.pos]
-        auc = np.empty((B, K, 4, 2))
-        for j in range(K):
-            m = self.codes[:, j][self.order]
-            mp = m[self.pos].astype(np.int64) + 1  # 0 unknown, 1 rest, 2 member
-            Sm, Qm = self._pairs((m == 1) & self.neg, Ws, Wp, mp)
-            Sr, Qr = self._pairs((m == 0) & self.neg, Ws, Wp, mp)
-            Pn = np.bincount(mp, minlength=3)[None].astype(float) if W is None else \
-                 np.stack([Wp[:, mp == g].sum(-1) for g in range(3)], -1)
-            auc[:, j, 0] = np.stack([Sm[:, 2], Pn[:, 2] * Qm], -1)  # member: member pos vs member neg
-            auc[:, j, 1] = np.stack([Sr[:, 1], Pn[:, 1] * Qr], -1)  # rest: rest pos vs rest neg
-            auc[:, j, 2] = np.stack([Sm[:, 1], Pn[:, 1] * Qm], -1)  # BPSN: rest pos vs member neg
-            auc[:, j, 3] = np.stack([Sr[:, 2], Pn[:, 2] * Qr], -1)  # BNSP: member pos vs rest neg
-        S, Q = self._pairs(self.neg, Ws, Wp, np.zeros(len(self.pos), np.int64))
-        Pt = np.full((B,), float(len(self.pos))) if W is None else Wp.sum(-1)
-        return auc, np.stack([S[:, 0], Pt * Q], -1)
 
     # -- few distinct scores: (membership, label) counts per tie block -------------------------------------------
     @staticmethod
@@ -217,27 +190,64 @@ class CountEngine:
         H = np.cumsum(Q, 0) - 0.5 * Q
         return np.stack([(P * H).sum(0), P.sum(0) * Q.sum(0)], -1)
 
-    def _auc_blocks(self, W, WT, B, K):
-        U, auc = self.U, np.empty((B, K, 4, 2))
-        for j in range(K):
-            code = self.base + (self.codes[:, j] + 1) * self.valid2  # block*6 + 2*(membership+1) + y
-            T = _wcount(code, WT, 6 * U + 1)[:6 * U].reshape(U, 6, B)
-            Qr, Pr, Qm, Pm = T[:, 2], T[:, 3], T[:, 4], T[:, 5]
-            auc[:, j, 0], auc[:, j, 1] = self._block_pairs(Pm, Qm), self._block_pairs(Pr, Qr)
-            auc[:, j, 2], auc[:, j, 3] = self._block_pairs(Pr, Qm), self._block_pairs(Pm, Qr)
-        T = _wcount(self.obase, WT, 2 * U + 1)[:2 * U].reshape(U, 2, B)
-        return auc, self._block_pairs(T[:, 1], T[:, 0])
+# %% ../../nbs/30a_fairness.counts.ipynb #43ed15da
+@patch
+def _pairs(self:CountEngine, q, Ws, Wp, mp):
+    "Sum over positives of (# q-negatives below + half the tied ones), split by positives' membership (B, 3); and |q|."
+    if Ws is None:
+        C = np.zeros(self.n + 1, np.int32 if self.n < 2**30 else np.int64)
+        np.cumsum(q, out=C[1:])
+        h = C[self.gs] + C[self.ge]
+        return 0.5 * np.bincount(mp, weights=h, minlength=3)[None], C[-1:].astype(np.float64)
+    C = _excl_cumsum(Ws * q)
+    h = (C[:, self.gs] + C[:, self.ge]) * Wp
+    oh = np.zeros((len(mp), 3)); oh[np.arange(len(mp)), mp] = 1
+    return 0.5 * (h @ oh), C[:, -1]
 
-    def __call__(self, W=None)->GroupCounts:
-        K, B = len(self.names), 1 if W is None else W.shape[0]
-        WT = None if W is None else np.ascontiguousarray(W.T)
-        conf = np.empty((B, K, 3, 4))
-        for j in range(K):
-            conf[:, j] = _wcount(self.codes[:, j] * 4 + self.cell + 4, WT, 12).T.reshape(B, 3, 4)
-        oconf = _wcount(self.cell, WT, 4).T
-        auc = oauc = None
-        if self.score: auc, oauc = (self._auc_blocks if self.tie_space else self._auc_rows)(W, WT, B, K)
-        return GroupCounts(self.names, conf, auc, oconf, oauc)
+@patch
+def _auc_rows(self:CountEngine, W, WT, B, K):
+    Ws = None if W is None else W[:, self.order]
+    Wp = None if W is None else Ws[:, self.pos]
+    auc = np.empty((B, K, 4, 2))
+    for j in range(K):
+        m = self.codes[:, j][self.order]
+        mp = m[self.pos].astype(np.int64) + 1  # 0 unknown, 1 rest, 2 member
+        Sm, Qm = self._pairs((m == 1) & self.neg, Ws, Wp, mp)
+        Sr, Qr = self._pairs((m == 0) & self.neg, Ws, Wp, mp)
+        Pn = np.bincount(mp, minlength=3)[None].astype(float) if W is None else \
+             np.stack([Wp[:, mp == g].sum(-1) for g in range(3)], -1)
+        auc[:, j, 0] = np.stack([Sm[:, 2], Pn[:, 2] * Qm], -1)  # member: member pos vs member neg
+        auc[:, j, 1] = np.stack([Sr[:, 1], Pn[:, 1] * Qr], -1)  # rest: rest pos vs rest neg
+        auc[:, j, 2] = np.stack([Sm[:, 1], Pn[:, 1] * Qm], -1)  # BPSN: rest pos vs member neg
+        auc[:, j, 3] = np.stack([Sr[:, 2], Pn[:, 2] * Qr], -1)  # BNSP: member pos vs rest neg
+    S, Q = self._pairs(self.neg, Ws, Wp, np.zeros(len(self.pos), np.int64))
+    Pt = np.full((B,), float(len(self.pos))) if W is None else Wp.sum(-1)
+    return auc, np.stack([S[:, 0], Pt * Q], -1)
+
+# %% ../../nbs/30a_fairness.counts.ipynb #977063fc
+@patch
+def _auc_blocks(self:CountEngine, W, WT, B, K):
+    U, auc = self.U, np.empty((B, K, 4, 2))
+    for j in range(K):
+        code = self.base + (self.codes[:, j] + 1) * self.valid2  # block*6 + 2*(membership+1) + y
+        T = _wcount(code, WT, 6 * U + 1)[:6 * U].reshape(U, 6, B)
+        Qr, Pr, Qm, Pm = T[:, 2], T[:, 3], T[:, 4], T[:, 5]
+        auc[:, j, 0], auc[:, j, 1] = self._block_pairs(Pm, Qm), self._block_pairs(Pr, Qr)
+        auc[:, j, 2], auc[:, j, 3] = self._block_pairs(Pr, Qm), self._block_pairs(Pm, Qr)
+    T = _wcount(self.obase, WT, 2 * U + 1)[:2 * U].reshape(U, 2, B)
+    return auc, self._block_pairs(T[:, 1], T[:, 0])
+
+@patch
+def __call__(self:CountEngine, W=None)->GroupCounts:
+    K, B = len(self.names), 1 if W is None else W.shape[0]
+    WT = None if W is None else np.ascontiguousarray(W.T)
+    conf = np.empty((B, K, 3, 4))
+    for j in range(K):
+        conf[:, j] = _wcount(self.codes[:, j] * 4 + self.cell + 4, WT, 12).T.reshape(B, 3, 4)
+    oconf = _wcount(self.cell, WT, 4).T
+    auc = oauc = None
+    if self.score: auc, oauc = (self._auc_blocks if self.tie_space else self._auc_rows)(W, WT, B, K)
+    return GroupCounts(self.names, conf, auc, oconf, oauc)
 
 # %% ../../nbs/30a_fairness.counts.ipynb #b492b872
 def count_engine(y_true, # binary labels (0/1 or bool)

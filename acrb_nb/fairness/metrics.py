@@ -18,7 +18,7 @@ __all__ = ['group_metrics', 'statistical_parity_difference', 'equal_opportunity_
            'disparate_impact_ratio', 'generalized_mean', 'subgroup_auc', 'bpsn_auc', 'bnsp_auc', 'FairnessReport',
            'fairness_metrics', 'simulate_predictions']
 
-# %% ../../nbs/30b_fairness.metrics.ipynb #51b57a88
+# %% ../../nbs/30b_fairness.metrics.ipynb #e4c7e64e
 _GROUP_METRICS = ("acc", "f1", "tpr", "false_positive_rate", "pos_rate", "precision", "auc")
 _IDENTITY_METRICS = ("SPD", "EOpp_diff", "FPR_diff", "EOdds_diff", "DI_ratio", "subgroup_auc", "bpsn_auc", "bnsp_auc")
 _SUMMARY_METRICS = ("WorstAbsSPD", "WorstAbsEOpp", "WorstGroupAcc", "WorstGroupF1", "overall_acc", "overall_f1",
@@ -50,6 +50,7 @@ def _group_reasons(r:dict, auc_pairs, has_score:bool)->str:
     elif auc_pairs == 0: out.append("auc: needs positive and negative labels with scores in group")
     return "; ".join(out)
 
+# %% ../../nbs/30b_fairness.metrics.ipynb #21cdda89
 def _group_arrays(gc:GroupCounts, skip:np.ndarray)->tuple:
     "Per-group metric arrays (B, K, 2) for (rest, member) with skipped groups NaN, and overall arrays (B,)."
     r = _rates(gc.conf[:, :, 1:])
@@ -77,6 +78,7 @@ def _intervals(reps:np.ndarray|None, level:float)->tuple:
         out.append(np.where(k > 0, v0 + (pos - i0) * (v1 - v0), np.nan))
     return tuple(out)
 
+# %% ../../nbs/30b_fairness.metrics.ipynb #abed50c7
 def _groups_table(gc, r, o, skip, min_group_size, rr=None, orr=None, level=0.95)->pd.DataFrame:
     "The per-group table: an `overall` row, then each identity's rest (`=0`) and members (`=1`)."
     names, K, has_score = gc.identities, len(gc.identities), gc.auc is not None
@@ -120,7 +122,7 @@ def group_metrics(y_true, # binary labels (0/1 or bool)
     r, o = _group_arrays(gc, skip)
     return _groups_table(gc, r, o, skip, min_group_size)
 
-# %% ../../nbs/30b_fairness.metrics.ipynb #97fbe42e
+# %% ../../nbs/30b_fairness.metrics.ipynb #ebfc308c
 def _identity_arrays(gc:GroupCounts, r:dict, skip:np.ndarray)->dict:
     "Per-identity disparity and bias-AUC arrays (B, K) from the group arrays `r`; skipped identities NaN."
     d = {"SPD": r["pos_rate"][..., 1] - r["pos_rate"][..., 0],
@@ -163,6 +165,7 @@ def _identities_table(gc, r, d, skip, min_group_size, dr=None, level=0.95)->pd.D
         for k in _IDENTITY_METRICS: cols[f"{k}_lo"], cols[f"{k}_hi"] = _intervals(dr[k], level)
     return pd.DataFrame(cols)
 
+# %% ../../nbs/30b_fairness.metrics.ipynb #c2d48db2
 def _per_identity(metric, y_true, y_pred, sensitive_features, y_score, threshold, min_group_size, intersections,
                   sample_weight)->pd.Series:
     "One per-identity column (a Series indexed by identity) computed through `group_counts`."
@@ -196,6 +199,7 @@ def equal_opportunity_difference(y_true, # binary labels
     "Equal-opportunity difference per identity: TPR of members minus TPR of the rest (signed)."
     return _per_identity("EOpp_diff", y_true, y_pred, sensitive_features, None, threshold, min_group_size, intersections, sample_weight)
 
+# %% ../../nbs/30b_fairness.metrics.ipynb #68eab4a4
 def equalized_odds_difference(y_true, # binary labels
                               y_pred, # binary predictions
                               *,
@@ -298,7 +302,7 @@ def _boot_blocks(codes:np.ndarray, n_boot:int, gen:np.random.Generator, boot:str
             W = np.empty((b, n)); W[:, order] = cnt
             yield W
 
-# %% ../../nbs/30b_fairness.metrics.ipynb #c78d9f5e
+# %% ../../nbs/30b_fairness.metrics.ipynb #1c9dd1a6
 class FairnessReport(NamedTuple):
     "The three tables of a fairness analysis (the seed's three files), with `_lo`/`_hi` interval columns when bootstrapped."
     groups: pd.DataFrame # fairness_report.csv: overall, then each identity's rest (`=0`) and members (`=1`)
@@ -318,6 +322,7 @@ class FairnessReport(NamedTuple):
             if parquet: out.append(_atomic_write(path.with_name(f"{stem}{suffix}.parquet"), df.to_parquet(index=False)))
         return out
 
+# %% ../../nbs/30b_fairness.metrics.ipynb #7ef70bb3
 def _summary_arrays(o:dict, r:dict, d:dict, power:float)->dict:
     "Worst-case and overall figures (B,) from overall, group and identity arrays."
     s = {"WorstAbsSPD": np.fmax.reduce(np.abs(d["SPD"]), axis=-1),
@@ -333,6 +338,7 @@ def _arg(values:np.ndarray, names, fn)->str|None:
     "Identity at which `fn` (nanargmax / nanargmin) is attained, None if all NaN."
     return None if np.isnan(values).all() else names[int(fn(values))]
 
+# %% ../../nbs/30b_fairness.metrics.ipynb #8e6f4802
 def fairness_metrics(y_true, # binary labels (0/1 or bool)
                      y_pred, # binary predictions (0/1 or bool)
                      *,
