@@ -15,8 +15,8 @@ from .providers import (openai_client, genai_client, openai_endpoint, gemini_end
                                         usage_dict, gemini_refusal, gemini_text, gemini_usage)
 
 # %% auto #0
-__all__ = ['SMOLLM2_GGUF', 'tiny_tokenizer', 'converted_gguf_dir', 'HFCausalLM', 'tiny_gpt2', 'smollm2_folder', 'smollm2_135m',
-           'score_from_top_logprobs', 'OpenAIChatLM', 'GeminiLM']
+__all__ = ['SMOLLM2_GGUF', 'tiny_tokenizer', 'converted_gguf_dir', 'leading_special_ids', 'context_length', 'HFCausalLM',
+           'tiny_gpt2', 'smollm2_folder', 'smollm2_135m', 'score_from_top_logprobs', 'OpenAIChatLM', 'GeminiLM']
 
 # %% ../../nbs/05a_adapters.text.ipynb #0cdd29b9
 _TINY_CORPUS = """The quick brown fox jumps over the lazy dog.
@@ -137,6 +137,24 @@ def _plain_prompt(messages)->str:
 
 def _as_messages(prompt)->list:
     return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+
+# %% ../../nbs/05a_adapters.text.ipynb #5a0f0f8b
+def leading_special_ids(tok, # a transformers tokenizer
+                       )->list:
+    "Special tokens the tokenizer puts before a plain string (BOS for Llama-style tokenizers, none for GPT-2)."
+    with_sp, plain = tok("a", add_special_tokens=True)["input_ids"], tok("a", add_special_tokens=False)["input_ids"]
+    for i in range(len(with_sp) - len(plain) + 1):
+        if with_sp[i:i + len(plain)] == plain: return list(with_sp[:i])
+    return []
+
+def context_length(model, # a transformers model (its `config`, or its `text_config` for multimodal models)
+                  )->int|None:
+    "The model's maximum sequence length from its config (None when the config does not say)."
+    cfg = getattr(model, "config", None)
+    for k in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
+        v = getattr(cfg, k, None) or getattr(getattr(cfg, "text_config", None), k, None)
+        if isinstance(v, int) and v > 0: return v
+    return None
 
 # %% ../../nbs/05a_adapters.text.ipynb #aed1c54c
 class HFCausalLM(TextLM):
@@ -280,13 +298,7 @@ patched_interface(HFCausalLM)  # `score` and `chat` were added by @patch after t
 
 # %% ../../nbs/05a_adapters.text.ipynb #069536d9
 @patch
-def _leading_special_ids(self:HFCausalLM)->list:
-    "Special tokens the tokenizer puts before a plain string (BOS for Llama-style tokenizers, none for GPT-2)."
-    tok = self.tokenizer
-    with_sp, plain = tok("a", add_special_tokens=True)["input_ids"], tok("a", add_special_tokens=False)["input_ids"]
-    for i in range(len(with_sp) - len(plain) + 1):
-        if with_sp[i:i + len(plain)] == plain: return list(with_sp[:i])
-    return []
+def _leading_special_ids(self:HFCausalLM)->list: return leading_special_ids(self.tokenizer)
 
 @patch
 def render(self:HFCausalLM, prompt, # a string (used verbatim) or a message list (chat template + generation prompt)
@@ -329,12 +341,7 @@ def _pairs(self:HFCausalLM, prompts, continuations)->list:
 
 # %% ../../nbs/05a_adapters.text.ipynb #cad5da84
 @patch
-def _max_len(self:HFCausalLM)->int|None:
-    cfg = self.model.config
-    for k in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        v = getattr(cfg, k, None) or getattr(getattr(cfg, "text_config", None), k, None)
-        if isinstance(v, int) and v > 0: return v
-    return None
+def _max_len(self:HFCausalLM)->int|None: return context_length(self.model)
 
 @patch
 def _forward_kwargs(self:HFCausalLM)->set:
