@@ -97,7 +97,8 @@ def secret_values(env:Mapping|None=None, # environment to read; `os.environ` by 
     env = os.environ if env is None else env
     return {k: v for k, v in env.items() if _SECRET_ENV.search(k) and len(v.strip()) >= min_len}
 
-def is_credential_name(name:str)->bool:
+def is_credential_name(name:str, # a parameter name, e.g. 'api_key' or 'max_tokens'
+                      )->bool:
     "True if a parameter name looks like a credential (`api_key`, `*_key`, `token`, `secret`, `password`, …)."
     parts = [p for p in re.split(r"[_\-\s.]+", name.lower()) if p]
     return "api_key" in name.lower() or (bool(parts) and parts[-1] in _CRED_PARTS) or any(
@@ -200,7 +201,8 @@ class RunSpec:
     def replace(self, **params)->"RunSpec":
         "A copy with some parameters changed."
         return RunSpec(self.study, self.model, {**thaw(self.params), **params}, self.seed)
-    def default_dir(self, root="runs")->Path:
+    def default_dir(self, root="runs", # folder that holds all runs
+                   )->Path:
         "Where this spec's run lives: `root/<study>/<model>/<run_id>`."
         return Path(root) / safe_name(self.study) / safe_name(self.model) / self.run_id
     @classmethod
@@ -324,7 +326,10 @@ class ConfigError(ValueError):
 
 class ConfigMapping(dict):
     "A mapping read by `read_yaml`: a plain `dict` that also knows the line of each of its keys."
-    def __init__(self, *args, lines:Mapping|None=None, **kw):
+    def __init__(self, *args, # a mapping or key/value pairs, as for `dict`
+                 lines:Mapping|None=None, # key → 1-based line in the file the mapping was read from
+                 **kw, # more keys, as for `dict`
+                ):
         super().__init__(*args, **kw); self.lines = dict(lines or {})
     def line(self, key, # a key of this mapping
             )->int|None:

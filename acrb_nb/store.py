@@ -117,16 +117,21 @@ def save_blob(self:ItemStore, data:bytes, # file content (e.g. PNG bytes)
     return os.path.relpath(p, self.path.parent)
 
 @patch
-def blob_path(self:ItemStore, rel:str)->Path:
+def blob_path(self:ItemStore, rel:str, # a path returned by `save_blob`
+             )->Path:
     "Absolute path of a blob returned by `save_blob`."
     return self.path.parent / rel
 
 @patch
-def set_meta(self:ItemStore, k:str, v:str):
+def set_meta(self:ItemStore, k:str, # name
+             v:str, # value (a string)
+            ):
     with self._lock: self._db.execute("INSERT OR REPLACE INTO meta(k,v) VALUES(?,?)", (k, v))
 
 @patch
-def get_meta(self:ItemStore, k:str, default=None):
+def get_meta(self:ItemStore, k:str, # name
+             default=None, # returned when `k` is not set
+            ):
     with self._lock: r = self._db.execute("SELECT v FROM meta WHERE k=?", (k,)).fetchone()
     return r[0] if r else default
 
@@ -138,7 +143,8 @@ def _row(self:ItemStore, r):
                                    "error_kind": r[5], "attempts": r[6], "seconds": r[7]}
 
 @patch
-def get(self:ItemStore, key:str)->dict|None:
+def get(self:ItemStore, key:str, # item key
+       )->dict|None:
     "The stored entry for `key` (status, outcome, record, error, …) or None."
     with self._lock: r = self._db.execute(f"SELECT {self._COLS} FROM items WHERE key=?", (key,)).fetchone()
     return self._row(r)
@@ -151,7 +157,8 @@ def __len__(self:ItemStore):
     with self._lock: return self._db.execute("SELECT COUNT(*) FROM items").fetchone()[0]
 
 @patch
-def status_of(self:ItemStore, keys:Iterable[str])->dict:
+def status_of(self:ItemStore, keys:Iterable[str], # item keys to look up
+             )->dict:
     "Map of key → status for the keys that are stored (bulk lookup, chunked)."
     keys, out = list(keys), {}
     with self._lock:
@@ -175,7 +182,9 @@ def entries(self:ItemStore, status:str|None=None, # 'done', 'failed' or None for
     return rows
 
 @patch
-def keys(self:ItemStore, status:str|None=None)->list: return [e["key"] for e in self.entries(status)]
+def keys(self:ItemStore, status:str|None=None, # 'done', 'failed' or None for all
+        )->list:
+    return [e["key"] for e in self.entries(status)]
 
 @patch
 def counts(self:ItemStore)->dict:
@@ -275,7 +284,8 @@ class Run:
         with self._lock: self.manifest["inputs"][name] = entry
         self.write_manifest(); return h
 
-    def write_manifest(self, status:str|None=None)->Path:
+    def write_manifest(self, status:str|None=None, # run status recorded in the manifest (running, done, failed, ...)
+                      )->Path:
         "Refresh counters and write `manifest.json` atomically (secrets redacted)."
         with self._lock:
             m = self.manifest
@@ -287,7 +297,8 @@ class Run:
             text = redact(json.dumps(m, indent=2, sort_keys=True, ensure_ascii=False))
         return atomic_write(self.dir / "manifest.json", text)
 
-    def close(self, status:str="finished"):
+    def close(self, status:str="finished", # final run status recorded in the manifest
+             ):
         "Stamp the end of this session and close the store."
         self.write_manifest(status); self.store.close()
     def __enter__(self): return self

@@ -165,7 +165,9 @@ class ValidationLimits:
     min_boundary_similarity: float = 0.3 # similarity of a boundary prompt to its base template
     max_words: int = 60 # longest accepted reply
 
-def scene_similarity(a:str, b:str)->float:
+def scene_similarity(a:str, # a prompt
+                     b:str, # another prompt
+                    )->float:
     "Word-sequence similarity in [0, 1] (difflib ratio on lower-cased words)."
     return round(difflib.SequenceMatcher(None, _words(a), _words(b), autojunk=False).ratio(), 4)
 
@@ -180,7 +182,8 @@ def load_danger_cues(source="v1", # "v1" | path | dict with `categories`
     check_keys(data, {"version", "categories"}, label)  # a misspelt top-level field is an error, not ignored
     return {k: list(v) for k, v in cats.items()}
 
-def clean_llm_text(text:str|None)->str:
+def clean_llm_text(text:str|None, # raw LLM reply (None is read as empty)
+                  )->str:
     "Strip fences, a leading 'Prompt:', wrapping quotes and one trailing period from an LLM reply."
     t = (text or "").strip()
     if t.startswith("```"): t = re.sub(r"^```\w*\n?|\n?```$", "", t).strip()
@@ -198,7 +201,7 @@ def validate_boundary(text:str|None, # raw LLM reply
                       bp:BasePrompt, # its base prompt
                       attrs:AttributeSet, # identity terms
                       danger:Mapping, # danger cues by category
-                      limits:ValidationLimits=ValidationLimits(),
+                      limits:ValidationLimits=ValidationLimits(), # bounds used to accept a reply
                      )->tuple:
     "(cleaned boundary template, reasons); reasons empty = accepted."
     t = clean_llm_text(text)
@@ -220,8 +223,11 @@ def validate_boundary(text:str|None, # raw LLM reply
 # %% ../../nbs/10_acrb.prompts.ipynb #483755ed
 def validate_variant(text:str|None, # raw LLM reply
                      neutral_text:str, # the neutral boundary prompt it was written from
-                     bp:BasePrompt, attr:Attribute, attrs:AttributeSet, danger:Mapping,
-                     limits:ValidationLimits=ValidationLimits(),
+                     bp:BasePrompt, # its base prompt
+                     attr:Attribute, # the attribute the variant must name
+                     attrs:AttributeSet, # the attribute set (identity terms)
+                     danger:Mapping, # danger cues by category
+                     limits:ValidationLimits=ValidationLimits(), # bounds used to accept a reply
                     )->tuple:
     "(cleaned variant, similarity to neutral, reasons); reasons empty = accepted."
     t = clean_llm_text(text)

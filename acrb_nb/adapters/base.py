@@ -20,7 +20,8 @@ __all__ = ['OUTCOMES', 'JUDGE_OUTCOMES', 'TEXT_LMS', 'VISION_JUDGES', 'IMAGE_GEN
 # %% ../../nbs/05_adapters.base.ipynb #d5b60749
 OUTCOMES = ("generated", "refused_policy", "refused_safety_filter", "empty", "failed")
 
-def image_to_png(img:"PIL.Image.Image")->bytes:
+def image_to_png(img:"PIL.Image.Image", # a PIL image
+                )->bytes:
     "PNG bytes of a PIL image (deterministic: no timestamp chunks)."
     buf = io.BytesIO(); img.save(buf, format="PNG", optimize=False); return buf.getvalue()
 
@@ -222,8 +223,16 @@ class RegistryEntry:
 
 class Registry:
     "Short name → adapter factory for one model family."
-    def __init__(self, kind:str): self.kind, self._entries, self._lock = kind, {}, threading.Lock()
-    def register(self, name:str, *, backend:str, model_id:str="", needs:str="", tested:str="", notes:str=""):
+    def __init__(self, kind:str, # model family, e.g. 'text_lm' (used in messages)
+                ):
+        self.kind, self._entries, self._lock = kind, {}, threading.Lock()
+    def register(self, name:str, # short registry name used in parameters (e.g. 'sd15')
+                 *, backend:str, # e.g. 'diffusers', 'openai', 'google-genai', 'transformers', 'sim'
+                 model_id:str="", # default model id / hub id
+                 needs:str="", # what it needs to run: GPU, API key, memory
+                 tested:str="", # how it runs here: 'tiny config', 'local server', 'simulator', ...
+                 notes:str="", # anything a user must know
+                ):
         "Decorator registering a factory under `name`."
         def deco(factory):
             with self._lock: self._entries[name] = RegistryEntry(name, factory, backend, model_id, needs, tested, notes)
@@ -235,7 +244,8 @@ class Registry:
             except ModuleNotFoundError as e:
                 if e.name != m: raise  # a real missing dependency inside an adapter module
     def names(self)->list: self._load(); return sorted(self._entries)
-    def entry(self, name:str)->RegistryEntry:
+    def entry(self, name:str, # registry name
+             )->RegistryEntry:
         if name not in self._entries: self._load()
         if name not in self._entries:
             close = difflib.get_close_matches(name, self._entries, n=3)
@@ -243,7 +253,9 @@ class Registry:
             raise KeyError(f"unknown {self.kind} '{name}'.{hint} Known: {sorted(self._entries)}. Register a new one with "
                            f"`{self.kind.upper()}S.register(...)` or pass a hub id / local folder where supported.")
         return self._entries[name]
-    def create(self, name:str, **kw)->Adapter:
+    def create(self, name:str, # registry name
+               **kw, # options of the adapter's constructor
+              )->Adapter:
         "Instantiate the adapter registered as `name`."
         a = self.entry(name).factory(**kw)
         if getattr(a, "name", "?") == "?": a.name = name

@@ -47,7 +47,8 @@ def register_tiny_clip(name:str="acrb-tiny-clip", # open_clip model name to regi
 # %% ../../nbs/05d_adapters.clip.ipynb #1ca5dc61
 _MODELS, _MODELS_LOCK = {}, threading.Lock()
 
-def state_dict_sha256(model)->str:
+def state_dict_sha256(model, # a torch module
+                     )->str:
     "SHA-256 over a torch module's state dict (names, shapes, dtypes and bytes, in order)."
     import hashlib, torch
     h = hashlib.sha256()

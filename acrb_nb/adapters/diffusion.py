@@ -152,7 +152,8 @@ def tiny_pipeline(kind:str="sd", # "sd" (text-to-image) or "ip2p" (InstructPix2P
 _PIPES, _PIPES_LOCK = {}, threading.Lock()
 _SNAPSHOT = re.compile(r"snapshots[/\\]([0-9a-f]{40})")
 
-def pipeline_revision(pipe)->str|None:
+def pipeline_revision(pipe, # a diffusers pipeline
+                     )->str|None:
     "Commit hash of the hub snapshot a pipeline was loaded from (None for pipelines built in memory)."
     names = []
     cfg = getattr(pipe, "config", None)
@@ -359,7 +360,11 @@ class DiffusersGenerator(_DiffusersBase, ImageGenerator):
 
     def generate_batch(self, prompts:Sequence[str], # prompts, one image each
                        *, seeds:Sequence[int], # one seed per prompt
-                       steps:int|None=None, guidance:float|None=None, size:tuple|None=None, **kw)->list:
+                       steps:int|None=None, # override num_inference_steps
+                       guidance:float|None=None, # override guidance
+                       size:tuple|None=None, # override (width, height)
+                       **kw, # further pipeline arguments (negative_prompt, ...)
+                      )->list:
         "One outcome per prompt from a single batched pipeline call (one generator per image)."
         if len(prompts) != len(seeds): raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds; give one seed per prompt")
         a = self._args(steps, guidance, kw)
@@ -386,15 +391,22 @@ class DiffusersEditor(_DiffusersBase, ImageEditor):
     def edit(self, image, # PIL image, path or bytes
              instruction:str, # the edit instruction
              *, seed:int, # seeds torch.Generator(device)
-             steps:int|None=None, guidance:float|None=None,
+             steps:int|None=None, # override num_inference_steps
+             guidance:float|None=None, # override guidance
              size:tuple|None=None, # resize the input to (width, height) first (None: the model's size)
              **kw, # further pipeline arguments (image_guidance_scale, negative_prompt, ...)
             )->GenerationOutcome:
         "One edited image as a `GenerationOutcome`."
         return self.edit_batch([image], [instruction], seeds=[seed], steps=steps, guidance=guidance, size=size, **kw)[0]
 
-    def edit_batch(self, images:Sequence, instructions:Sequence[str], *, seeds:Sequence[int],
-                   steps:int|None=None, guidance:float|None=None, size:tuple|None=None, **kw)->list:
+    def edit_batch(self, images:Sequence, # PIL images, paths or bytes
+                   instructions:Sequence[str], # one edit instruction per image
+                   *, seeds:Sequence[int], # one seed per image
+                   steps:int|None=None, # override num_inference_steps
+                   guidance:float|None=None, # override guidance
+                   size:tuple|None=None, # resize the inputs to (width, height) first (None: the model's size)
+                   **kw, # further pipeline arguments
+                  )->list:
         "One outcome per (image, instruction) from a single batched pipeline call."
         if not len(images) == len(instructions) == len(seeds):
             raise ValueError(f"got {len(images)} images, {len(instructions)} instructions and {len(seeds)} seeds; they must match")

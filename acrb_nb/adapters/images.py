@@ -208,11 +208,18 @@ class GeminiImages(ImageGenerator, ImageEditor):
         resp = self.client.models.generate_content(model=self.model, contents=contents, config=self._config(seed))
         return gemini_outcome(resp, {"seed": seed, "seconds": round(time.monotonic() - t0, 4), **meta}, self.model)
 
-    def generate(self, prompt:str, *, seed:int, **kw)->GenerationOutcome:
+    def generate(self, prompt:str, # the prompt
+                 *, seed:int, # sent as `config.seed` (Gemini does not promise identical images)
+                 **kw, # ignored (accepted for interface compatibility)
+                )->GenerationOutcome:
         "One image for `prompt`."
         return self._call([prompt], seed, {})
 
-    def edit(self, image, instruction:str, *, seed:int, **kw)->GenerationOutcome:
+    def edit(self, image, # PIL image, path or bytes
+             instruction:str, # the edit instruction
+             *, seed:int, # sent as `config.seed`
+             **kw, # ignored (accepted for interface compatibility)
+            )->GenerationOutcome:
         "One edited image: the input image as an inline part, then the instruction."
         from google.genai import types
         png = image_to_png(load_image(image, "RGB"))
@@ -287,7 +294,10 @@ class ImagenGenerator(ImageGenerator):
                          "person_generation": person_generation, "add_watermark": add_watermark}
         self.client = genai_client(base_url, timeout, vertexai=True, project=project, location=location)
 
-    def generate(self, prompt:str, *, seed:int, **kw)->GenerationOutcome:
+    def generate(self, prompt:str, # the prompt
+                 *, seed:int, # sent as `config.seed` (needs add_watermark=False)
+                 **kw, # further `GenerateImagesConfig` fields
+                )->GenerationOutcome:
         "One image for `prompt` (or the RAI-filter outcome)."
         from google.genai import types
         cfg = {k: v for k, v in self.settings.items() if v is not None}

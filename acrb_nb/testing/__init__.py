@@ -17,7 +17,8 @@ from .fake_gemini import FakeGemini
 # %% ../../nbs/03_testing.ipynb #83096169
 SERVERS = {'openai': FakeOpenAI, 'gemini': FakeGemini}
 
-def read_log(path:str|Path) -> list[dict]:
+def read_log(path:str|Path, # the JSONL log a server wrote (`log_path`)
+            )->list[dict]:
     "Request records from a JSONL log written by a fake server (skips a partly written last line)."
     p = Path(path)
     if not p.exists(): return []
@@ -34,7 +35,8 @@ def _load_hooks(spec:str) -> dict:
     obj = getattr(importlib.import_module(mod), attr)
     return dict(obj() if callable(obj) else obj)
 
-def main(argv:list[str]|None=None):
+def main(argv:list[str]|None=None, # command-line arguments; `sys.argv[1:]` by default
+        ):
     "Command line: run one fake server in the foreground, print its base_url on the first stdout line, serve until killed."
     import argparse
     ap = argparse.ArgumentParser(prog='python -m acrb_nb.testing', description=main.__doc__)
@@ -72,17 +74,17 @@ def main(argv:list[str]|None=None):
 if __name__ == '__main__' and '__file__' in globals(): main()
 
 # %% ../../nbs/03_testing.ipynb #b0656f47
-def start_server_process(api:str,  # 'openai' or 'gemini'
-                         script=None,  # JSON-describable script: list, dict, action or `Script` without `fn`
-                         *,
-                         latency:float=0.,  # seconds added to every request
-                         log_path:str|Path|None=None,  # JSONL request log (read it with `read_log`); the child's stderr goes to `<log_path>.stderr`
-                         port:int=0,  # 0: an ephemeral port
-                         image_size:tuple[int,int]|None=None,  # render every image at (w, h)
-                         hooks:str|None=None,  # 'module:name' of content hooks importable in the child
-                         env:dict|None=None,  # extra environment variables for the child (e.g. PYTHONPATH for `hooks`)
-                         startup_timeout:float=30.,  # seconds to wait for the base_url line
-                         python:str=sys.executable) -> tuple[subprocess.Popen, str]:  # interpreter that has acrb_nb installed
+def start_server_process(api:str, # 'openai' or 'gemini'
+                         script=None, # JSON-describable script: list, dict, action or `Script` without `fn`
+                         *, latency:float=0., # seconds added to every request
+                         log_path:str|Path|None=None, # JSONL request log (read it with `read_log`); the child's stderr goes to `<log_path>.stderr`
+                         port:int=0, # 0: an ephemeral port
+                         image_size:tuple[int,int]|None=None, # render every image at (w, h)
+                         hooks:str|None=None, # 'module:name' of content hooks importable in the child
+                         env:dict|None=None, # extra environment variables for the child (e.g. PYTHONPATH for `hooks`)
+                         startup_timeout:float=30., # seconds to wait for the base_url line
+                         python:str=sys.executable, # interpreter that has acrb_nb installed
+                        )->tuple[subprocess.Popen, str]:
     "Run a fake server in its own process; returns `(Popen, base_url)`. Stop it with `.terminate()` (or `.kill()`); it also exits when this process dies."
     if api not in SERVERS: raise ValueError(f"api {api!r} unknown; use one of {sorted(SERVERS)}")
     cmd = [python, '-m', 'acrb_nb.testing', api, '--port', str(port), '--latency', str(latency), '--exit-on-stdin-eof']
@@ -104,8 +106,9 @@ def start_server_process(api:str,  # 'openai' or 'gemini'
                                f"Command: {' '.join(cmd)}\nstderr:\n{err.read().decode(errors='replace')[-3000:]}")
     return proc, line
 
-def stop_server_process(proc:subprocess.Popen,  # from `start_server_process`
-                        timeout:float=10.) -> int:  # seconds to wait after SIGTERM before SIGKILL
+def stop_server_process(proc:subprocess.Popen, # from `start_server_process`
+                        timeout:float=10., # seconds to wait after SIGTERM before SIGKILL
+                       )->int:
     "Terminate a server process (SIGKILL if it does not exit in `timeout`), close its pipes, return its exit code."
     if proc.poll() is None:
         proc.terminate()

@@ -17,7 +17,9 @@ def _sha(*parts) -> bytes:
     for p in parts: h.update(p if isinstance(p, bytes) else str(p).encode()); h.update(b'\0')
     return h.digest()
 
-def example_from_schema(schema:dict, defs:dict|None=None) -> Any:
+def example_from_schema(schema:dict, # a JSON schema
+                        defs:dict|None=None, # its `$defs` (for `$ref`; default: the schema's own)
+                       )->Any:
     "A small deterministic value that validates against JSON schema `schema` (OpenAI or Gemini `responseSchema` style)."
     defs = defs if defs is not None else {**schema.get('$defs', {}), **schema.get('definitions', {})}
     if '$ref' in schema: return example_from_schema(defs[schema['$ref'].split('/')[-1]], defs)
@@ -54,7 +56,8 @@ def _json_schema_of(req) -> dict|None:
         return gc.get('responseJsonSchema') or gc.get('responseSchema') or {}
     return None
 
-def default_text(req) -> str:
+def default_text(req, # the request record (prompt, body, ...)
+                )->str:
     "Deterministic reply text: valid JSON for a requested schema, else a sentence quoting a hash of the prompt."
     schema = _json_schema_of(req)
     if schema is not None: return json.dumps(example_from_schema(schema) if schema else {'answer': 'example'})
@@ -65,7 +68,10 @@ def default_text(req) -> str:
 _ALT_TOKENS = ('Yes', 'No', ' yes', ' no', 'A', 'B', 'The', ' the', '1', '0', '.', ',', ' is', ' a', ' not',
                'True', 'False', ' I', ' and', ' of')
 
-def default_logprobs(req, text:str, top:int=0) -> list[dict]:
+def default_logprobs(req, # the request record
+                     text:str, # the reply text
+                     top:int=0, # alternatives per token
+                    )->list[dict]:
     "Deterministic per-token logprobs for `text` (tokens = words with their leading space) with `top` alternatives."
     out = []
     for tok in re.findall(r'\s*\S+|\s+', text) or ['']:
@@ -77,7 +83,10 @@ def default_logprobs(req, text:str, top:int=0) -> list[dict]:
     return out
 
 # %% ../../nbs/03b_testing.content.ipynb #4cb7571f
-def default_image(prompt:str, size:tuple[int,int], input_images:list) -> Image.Image:
+def default_image(prompt:str, # the prompt (sets the colours)
+                  size:tuple[int,int], # (width, height)
+                  input_images:list, # images of an edit request (their mean colour is kept)
+                 )->Image.Image:
     "Deterministic RGB image from SHA-256 of the prompt (and inputs): colored background, or the first input image, plus a shape."
     w, h = size
     d = _sha(prompt, *[im.tobytes() for im in input_images])
@@ -93,20 +102,24 @@ def default_image(prompt:str, size:tuple[int,int], input_images:list) -> Image.I
     else: draw.polygon([((x0+x1)//2, y0), (x0, y1), (x1, y1)], fill=fg)
     return im
 
-def png_bytes(im:Image.Image) -> bytes:
+def png_bytes(im:Image.Image, # a PIL image
+             )->bytes:
     "PNG encoding of PIL image `im`."
     buf = io.BytesIO(); im.save(buf, format='PNG'); return buf.getvalue()
 
-def png_data_url(im:Image.Image) -> str:
+def png_data_url(im:Image.Image, # a PIL image
+                )->str:
     "`data:image/png;base64,...` URL of PIL image `im` (for OpenAI vision messages)."
     return 'data:image/png;base64,' + base64.b64encode(png_bytes(im)).decode()
 
-def b64decode_any(s:str|bytes) -> bytes:
+def b64decode_any(s:str|bytes, # base64 text or bytes (standard or URL-safe, padded or not)
+                 )->bytes:
     "Decode standard or URL-safe base64, with or without `=` padding (google-genai sends URL-safe, unpadded)."
     s = (s.decode() if isinstance(s, bytes) else s).strip().replace('-', '+').replace('_', '/')
     return base64.b64decode(s + '=' * (-len(s) % 4))
 
-def decode_image(b64_or_bytes) -> Image.Image:
+def decode_image(b64_or_bytes, # base64 text (`b64_json`) or raw image bytes
+                )->Image.Image:
     "PIL image from base64 text (as in `b64_json`) or raw bytes (as in google-genai `inline_data.data`)."
     raw = b64_or_bytes if isinstance(b64_or_bytes, bytes) else b64decode_any(b64_or_bytes)
     im = Image.open(io.BytesIO(raw)); im.load(); return im

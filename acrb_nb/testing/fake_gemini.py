@@ -24,9 +24,10 @@ _HARM = ('HARM_CATEGORY_SEXUALLY_EXPLICIT', 'HARM_CATEGORY_HATE_SPEECH', 'HARM_C
 class FakeGemini(FakeServer):
     "Loopback Gemini REST API (`v1beta`): `models/{model}:generateContent` with text, JSON, image output and image input."
     api = 'gemini'
-    def __init__(self, script=None, *,
-                 block_reason:str='PROHIBITED_CONTENT',  # default `promptFeedback.blockReason` for `PolicyRefusal()`
-                 **kwargs):  # `FakeServer` options: latency, text_fn, logprob_fn, image_fn, image_size, log_path, host, port
+    def __init__(self, script=None, # what to do per request (see `FakeServer`)
+                 *, block_reason:str='PROHIBITED_CONTENT', # default `promptFeedback.blockReason` for `PolicyRefusal()`
+                 **kwargs, # `FakeServer` options: latency, text_fn, logprob_fn, image_fn, image_size, log_path, host, port
+                ):
         super().__init__(script, **kwargs)
         self.block_reason = block_reason
 

@@ -69,11 +69,13 @@ class Filtered:
 ACTIONS = {c.kind: c for c in (Ok, RateLimit, ServerError, Timeout, Drop, Malformed, PolicyRefusal, Filtered)}
 
 # %% ../../nbs/03a_testing.script.ipynb #bf73c8aa
-def action_to_json(a) -> dict:
+def action_to_json(a, # an action (`Ok()`, `RateLimit(2)`, ...)
+                  )->dict:
     "A JSON-ready dict `{'kind': ..., **fields}` for action `a`."
     return {'kind': a.kind, **{k: v for k, v in asdict(a).items() if v is not None}}
 
-def action_from_json(d) -> Any:
+def action_from_json(d, # {'kind': ..., fields}, a kind name, or an action (returned as is)
+                    )->Any:
     "Build an action from a kind string ('rate_limit'), a dict `{'kind': ..., ...}` or an action (returned as is)."
     if type(d) in ACTIONS.values(): return d
     if isinstance(d, str): d = {'kind': d}
@@ -100,7 +102,8 @@ class Rule:
     per_prompt: bool = False  # count `times` separately for each prompt (e.g. every prompt fails once, then succeeds)
 
     def __post_init__(self): object.__setattr__(self, 'action', action_from_json(self.action))
-    def matches(self, req) -> bool:
+    def matches(self, req, # a request record (api, path, model, prompt, ...)
+               )->bool:
         "True if request record `req` meets every condition of this rule."
         return ((self.contains is None or self.contains in (req.get('prompt') or ''))
                 and (self.path_contains is None or self.path_contains in req.get('path', ''))
@@ -127,7 +130,8 @@ class Script:
         "Rewind the queue and the rules' `times` counters."
         with self._lock: self._pos, self._used = 0, Counter()
 
-    def next(self, req) -> Any:
+    def next(self, req, # the request record being served
+            )->Any:
         "The action for request record `req` (thread-safe; consumes queue items and rule uses)."
         with self._lock:
             for i, r in enumerate(self.rules):
@@ -164,7 +168,8 @@ class Script:
 
     def __repr__(self): return f"Script(queue={self.queue[self._pos:]}, rules={self.rules}, fn={self.fn}, default={self.default})"
 
-def as_script(s) -> Script:
+def as_script(s, # None, an action, a list (queue), a dict (JSON form), a callable, or a `Script`
+             )->Script:
     "Coerce None, a Script, a list (queue), a dict (JSON form), a callable or a single action (always) to a `Script`."
     if s is None: return Script()
     if isinstance(s, Script): return s

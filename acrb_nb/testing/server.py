@@ -151,10 +151,10 @@ class FakeServer:
 
 # %% ../../nbs/03c_testing.server.ipynb #42771491
 @patch
-def calls(self:FakeServer,
-          path_contains:str|None=None,  # keep records whose path contains this, e.g. 'images/edits'
-          prompt_contains:str|None=None,  # keep records whose prompt contains this
-          action:str|None=None) -> list[dict]:  # keep records with this action kind, e.g. 'rate_limit'
+def calls(self:FakeServer, path_contains:str|None=None, # keep records whose path contains this, e.g. 'images/edits'
+          prompt_contains:str|None=None, # keep records whose prompt contains this
+          action:str|None=None, # keep records with this action kind, e.g. 'rate_limit'
+         )->list[dict]:
     "A copy of the request records that match every given filter."
     with self._lock: log = list(self.log)
     return [r for r in log if (path_contains is None or path_contains in r['path'])
@@ -162,13 +162,14 @@ def calls(self:FakeServer,
             and (action is None or r['action'] == action)]
 
 @patch
-def count_by_prompt(self:FakeServer,
-                    path_contains:str|None=None) -> Counter:  # count only requests whose path contains this
+def count_by_prompt(self:FakeServer, path_contains:str|None=None, # count only requests whose path contains this
+                   )->Counter:
     "Number of requests per prompt text (for 'each item called once' and retry-count checks)."
     return Counter(r['prompt'] for r in self.calls(path_contains))
 
 @patch
-def reset(self:FakeServer, script=None):
+def reset(self:FakeServer, script=None, # a new script (None: rewind the current one)
+         ):
     "Clear the log and rewind the script (or install a new `script`)."
     with self._lock: self.log.clear(); self._seq = 0
     if script is not None: self.script = as_script(script)
