@@ -526,12 +526,14 @@ class OpenAIChatLM(TextLM):
                                                              case_sensitive=case_sensitive)
         return (S, {"missing": miss, "ambiguous": amb, "refusal": refusals, "top": tops}) if return_details else S
 
-    def describe(self)->dict:
-        "Provider, model, endpoint and scoring settings (never the key)."
-        return {"name": self.name, "backend": "openai", "model_id": self.model,
-                "base_url": openai_endpoint(self.base_url),  # the endpoint used
-                "top_logprobs": self.top_logprobs, "system_prompt_sha256": sha256_hex(self.system_prompt) if self.system_prompt else None,
-                "score_method": "first-token top_logprobs"}
+# %% ../../nbs/05a_adapters.text.ipynb #ab46c557
+@patch
+def describe(self:OpenAIChatLM)->dict:
+    "Provider, model, endpoint and scoring settings (never the key)."
+    return {"name": self.name, "backend": "openai", "model_id": self.model,
+            "base_url": openai_endpoint(self.base_url),  # the endpoint used
+            "top_logprobs": self.top_logprobs, "system_prompt_sha256": sha256_hex(self.system_prompt) if self.system_prompt else None,
+            "score_method": "first-token top_logprobs"}
 
 # %% ../../nbs/05a_adapters.text.ipynb #ec1eff76
 def _gemini_contents(messages)->tuple:

@@ -8,6 +8,7 @@ import base64, json, os, threading
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 import numpy as np
+from fastcore.basics import patch
 from ..core import sha256_hex
 from .base import VISION_JUDGES, VisionJudge, image_to_png, load_image, pick_device, pick_dtype
 from .providers import (openai_client, genai_client, gemini_refusal, gemini_text, gemini_usage,
@@ -189,34 +190,6 @@ class HFVisionJudge(VisionJudge):
     @property
     def tokenizer(self): return getattr(self.processor, "tokenizer", self.processor)
 
-    def conversation(self, images, # PIL images (placeholders go in the first user turn)
-                     messages, # the conversation so far
-                     schema, # JSON schema the answer must satisfy (appended as a hint)
-                    )->list:
-        "The transformers multimodal chat messages for one call (image placeholders in the first user turn)."
-        out = []
-        for k, m in enumerate(messages):
-            text = m["content"]
-            if k == 0:
-                if self.schema_in_prompt: text = text + _SCHEMA_HINT.format(schema=json.dumps(schema))
-                content = [*({"type": "image"} for _ in images), {"type": "text", "text": text}]
-            else: content = [{"type": "text", "text": text}]
-            out.append({"role": m["role"], "content": content})
-        return out
-
-    def inputs(self, images, # PIL images
-               messages, # the conversation so far
-               schema, # JSON schema the answer must satisfy
-              ):
-        "(rendered prompt, model inputs on the model's device) for one call."
-        import torch
-        text = self.processor.apply_chat_template(self.conversation(images, messages, schema), add_generation_prompt=True, tokenize=False)
-        imgs = [load_image(im) for im in images]
-        enc = self.processor(text=[text], images=[imgs] if imgs else None, return_tensors="pt")
-        enc = {k: (v.to(self.device, dtype=self.dtype) if torch.is_floating_point(v) else v.to(self.device)) if hasattr(v, "to") else v
-               for k, v in enc.items()}
-        return text, enc
-
     def _ask(self, images, messages, schema, seed):
         import torch
         with self._lock, torch.inference_mode():
@@ -228,18 +201,51 @@ class HFVisionJudge(VisionJudge):
         return {"text": text, "refusal": None,
                 "usage": {"calls": 1, "prompt_tokens": int(n_in), "completion_tokens": int(new.shape[0])}, "raw": {}}
 
-    def describe(self)->dict:
-        "Model id / path, revision, classes, dtype, device, chat-template hash, decoding settings."
-        cfg = self.model.config
-        tmpl = getattr(self.processor, "chat_template", None)
-        return {"name": self.name, "backend": "transformers", "model_id": self.model_label or self.model_id, "path": self.model_id,
-                "revision": self.revision, "commit_hash": getattr(cfg, "_commit_hash", None),
-                "model_class": type(self.model).__name__, "processor_class": type(self.processor).__name__,
-                "model_type": getattr(cfg, "model_type", None), "n_parameters": int(sum(p.numel() for p in self.model.parameters())),
-                "dtype": str(self.dtype).replace("torch.", ""), "device": str(self.device),
-                "chat_template_sha256": sha256_hex(tmpl) if isinstance(tmpl, str) else None,
-                "decoding": "greedy", "max_new_tokens": self.max_new_tokens, "schema_in_prompt": self.schema_in_prompt,
-                "max_invalid_retries": self.max_invalid_retries}
+# %% ../../nbs/05b_adapters.vision.ipynb #71beef8d
+@patch
+def conversation(self:HFVisionJudge, images, # PIL images (placeholders go in the first user turn)
+                 messages, # the conversation so far
+                 schema, # JSON schema the answer must satisfy (appended as a hint)
+                )->list:
+    "The transformers multimodal chat messages for one call (image placeholders in the first user turn)."
+    out = []
+    for k, m in enumerate(messages):
+        text = m["content"]
+        if k == 0:
+            if self.schema_in_prompt: text = text + _SCHEMA_HINT.format(schema=json.dumps(schema))
+            content = [*({"type": "image"} for _ in images), {"type": "text", "text": text}]
+        else: content = [{"type": "text", "text": text}]
+        out.append({"role": m["role"], "content": content})
+    return out
+
+@patch
+def inputs(self:HFVisionJudge, images, # PIL images
+           messages, # the conversation so far
+           schema, # JSON schema the answer must satisfy
+          ):
+    "(rendered prompt, model inputs on the model's device) for one call."
+    import torch
+    text = self.processor.apply_chat_template(self.conversation(images, messages, schema), add_generation_prompt=True, tokenize=False)
+    imgs = [load_image(im) for im in images]
+    enc = self.processor(text=[text], images=[imgs] if imgs else None, return_tensors="pt")
+    enc = {k: (v.to(self.device, dtype=self.dtype) if torch.is_floating_point(v) else v.to(self.device)) if hasattr(v, "to") else v
+           for k, v in enc.items()}
+    return text, enc
+
+# %% ../../nbs/05b_adapters.vision.ipynb #cdd1b56a
+@patch
+def describe(self:HFVisionJudge)->dict:
+    "Model id / path, revision, classes, dtype, device, chat-template hash, decoding settings."
+    cfg = self.model.config
+    tmpl = getattr(self.processor, "chat_template", None)
+    return {"name": self.name, "backend": "transformers", "model_id": self.model_label or self.model_id, "path": self.model_id,
+            "revision": self.revision, "commit_hash": getattr(cfg, "_commit_hash", None),
+            "model_class": type(self.model).__name__, "processor_class": type(self.processor).__name__,
+            "model_type": getattr(cfg, "model_type", None), "n_parameters": int(sum(p.numel() for p in self.model.parameters())),
+            "dtype": str(self.dtype).replace("torch.", ""), "device": str(self.device),
+            "chat_template_sha256": sha256_hex(tmpl) if isinstance(tmpl, str) else None,
+            "decoding": "greedy", "max_new_tokens": self.max_new_tokens, "schema_in_prompt": self.schema_in_prompt,
+            "max_invalid_retries": self.max_invalid_retries}
 
 # %% ../../nbs/05b_adapters.vision.ipynb #a22da36a
 _QWEN2VL_TEMPLATE = ("{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
