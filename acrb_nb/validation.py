@@ -14,6 +14,7 @@ from scipy import stats as sps
 from .core import atomic_write, canonical_json, item_key, rng, sha256_hex, utcnow
 from .store import ItemStore, Run
 from . import stats
+from .stats.resample import as_generator, check_columns, numeric_outcome
 
 # %% auto #0
 __all__ = ['ERASED', 'LABELS_CSV', 'SAMPLE_JSON', 'UNCORRECTED', 'RATE_COLUMNS', 'PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS',
@@ -33,7 +34,7 @@ def label_items(df:pd.DataFrame, # one row per item of the population (the items
                 keep:Sequence[str]=(), # further columns to carry along (not shown to the labeller)
                )->pd.DataFrame:
     "The population in the labelling format: key, strata, image/text, question, verdict (+ kept columns)."
-    stats._need(df, [key, list(strata), verdict, image, text, list(keep)], "label_items")
+    check_columns(df, [key, list(strata), verdict, image, text, list(keep)], "label_items")
     if image is None and text is None:
         raise ValueError("label_items: give image= or text= (a labeller needs something to look at)")
     if df[key].isna().any(): raise ValueError(f"label_items: column '{key}' has missing keys; every item needs its run key")
@@ -66,7 +67,7 @@ def acrb_label_items(stage3:pd.DataFrame, # Stage III rows (`acrb.judge.judge_cu
                     )->pd.DataFrame:
     "ACRB population: judged images (the items of E(a)) with the cue question, keyed by the Stage II item key."
     need = ["key", "image", "attribute_type", "attribute_value", "attribute_id", "domain", "subject", "cues", f"{judge}_cue"]
-    stats._need(stage3, need, "acrb_label_items")
+    check_columns(stage3, need, "acrb_label_items")
     d = stage3[stage3[f"{judge}_cue"].notna()].copy()
     d["question"] = [_cue_question(r.attribute_type, r.attribute_value, r.subject, r.cues) for r in d.itertuples(index=False)]
     keep = [c for c in ("attribute_type", "attribute_value", "domain", "cluster") if c in d.columns]
@@ -75,7 +76,7 @@ def acrb_label_items(stage3:pd.DataFrame, # Stage III rows (`acrb.judge.judge_cu
 def iat_label_items(results:pd.DataFrame, # from `iat.trial_results` (or `iat.score_trials`)
                    )->pd.DataFrame:
     "IAT population: answered trials; the labeller reads the model's answer and names the option it chose (A, B, none)."
-    stats._need(results, ["key", "target_attr", "condition", "outcome", "choice", "model_response", "instruction", "images"],
+    check_columns(results, ["key", "target_attr", "condition", "outcome", "choice", "model_response", "instruction", "images"],
                 "iat_label_items")
     d = results[results.outcome.isin(["ok", "refused", "invalid"])].copy()
     d["question"] = ("The model was shown the image(s) and asked the question below; its answer is in 'text'. Which option "
@@ -91,7 +92,7 @@ def toxicity_label_items(preds:pd.DataFrame, # from `toxicity.zeroshot.score_dat
                          labels:Sequence[str]=("toxic", "non-toxic"), # (positive, negative) task labels
                         )->pd.DataFrame:
     "Toxicity population: scored texts with the task question; `pred` 1/0 shown as the positive/negative label."
-    stats._need(preds, ["pred", *strata], "toxicity_label_items")
+    check_columns(preds, ["pred", *strata], "toxicity_label_items")
     if not (len(texts) == len(keys) == len(preds)):
         raise ValueError(f"toxicity_label_items: {len(preds)} predictions, {len(texts)} texts and {len(keys)} keys; "
                          "pass one text and one key per scored row")
@@ -153,7 +154,7 @@ def sample_items(items:pd.DataFrame, # the population (e.g. from `label_items`),
                 )->pd.DataFrame:
     "Stratified simple random sample without replacement: the sampled rows with stratum, N_h, n_h, π and weight 1/π."
     strata = list(items.attrs.get("strata", []) if strata is None else strata)
-    stats._need(items, [key, strata], "sample_items")
+    check_columns(items, [key, strata], "sample_items")
     if items[key].duplicated().any(): raise ValueError(f"sample_items: duplicate keys in '{key}'; the population must hold each item once")
     d = items.copy(); d["stratum"] = _stratum_ids(d, strata)
     sizes = d.groupby("stratum").size().to_dict()
@@ -229,7 +230,7 @@ def export_for_labelling(sample:pd.DataFrame, # from `sample_items`
                          overwrite:bool=False, # replace an existing labels.csv (its labels are lost)
                         )->Path:
     "Write labels.csv (+ images/, sample.json) for hand labelling and record the sample's design in the run."
-    stats._need(sample, ["key", "stratum", "pi", "question", "image", "text", "verdict"], "export_for_labelling")
+    check_columns(sample, ["key", "stratum", "pi", "question", "image", "text", "verdict"], "export_for_labelling")
     folder = Path(folder); csv = folder / LABELS_CSV
     if csv.exists() and not overwrite:
         raise FileExistsError(f"{csv} already exists (it may hold labels); import it with import_labels, choose another "
@@ -503,8 +504,8 @@ def corrected_rates(df:pd.DataFrame, # population frame: one row per item with a
                    )->pd.DataFrame:
     "Judge-only and PPI-corrected rate per group, side by side, with Rogan–Gladen, λ and which to cite."
     fn = "corrected_rates"
-    stats._need(df, [group, y, yhat, dimension, list(strata or [])], fn)
-    Y = stats._numeric(df[y], y, fn, binary=True); F = stats._numeric(df[yhat], yhat, fn, binary=True)
+    check_columns(df, [group, y, yhat, dimension, list(strata or [])], fn)
+    Y = numeric_outcome(df[y], y, fn, binary=True); F = numeric_outcome(df[yhat], yhat, fn, binary=True)
     d = df.loc[~np.isnan(F)].assign(_y=Y[~np.isnan(F)], _f=F[~np.isnan(F)])
     if d.empty: raise ValueError(f"{fn}: no item has a judge verdict in '{yhat}'; nothing to rate")
     dropped = int(np.sum(~np.isnan(Y) & np.isnan(F)))
@@ -618,7 +619,7 @@ def delta_interval(estimates, # group estimates θ̂_g
     if len(t) < 2 or not (np.isfinite(t).all() and np.isfinite(s).all() and (s > 0).all()): return nan
     G = len(t); i, j = np.where(~np.eye(G, dtype=bool))
     d, sij = t[i] - t[j], np.sqrt(s[i] ** 2 + s[j] ** 2)
-    Z = stats._rng(seed).standard_normal((n_draws, G)) * s
+    Z = as_generator(seed).standard_normal((n_draws, G)) * s
     zq = special.ndtri(1 - alpha / 2)
     if method == "bootstrap":
         D = t + Z; D = D.max(1) - D.min(1)
@@ -641,7 +642,7 @@ def corrected_delta(rates:pd.DataFrame, # from `corrected_rates`
     "Δ = max − min per dimension (and pooled), judge-only and corrected side by side, with selection-adjusted intervals."
     dims = ([(dv, g) for dv, g in rates.groupby("dimension", sort=False)] if "dimension" in rates else [])
     sets = [(dv, g) for dv, g in dims if len(g) >= 2] + ([("(pooled)", rates)] if pooled or not dims else [])
-    rb = stats._rng(seed)
+    rb = as_generator(seed)
     rows = []
     for name, g in sets:
         J = delta_interval(g.judge_only, _implied_se(g.judge_only_lo, g.judge_only_hi, alpha), alpha, method, kappa, n_draws, rb)
