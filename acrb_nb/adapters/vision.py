@@ -8,10 +8,12 @@ import base64, json, os, threading
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 import numpy as np
+from fastcore.basics import patch
 from ..core import sha256_hex
 from .base import VISION_JUDGES, VisionJudge, image_to_png, load_image, pick_device, pick_dtype
-from .text import (_openai_client, _genai_client, _gemini_refusal, _gemini_text, _gemini_usage,
-                                   _enum_name, _usage_dict, tiny_tokenizer)
+from .providers import (openai_client, genai_client, gemini_refusal, gemini_text, gemini_usage,
+                                        enum_name, usage_dict)
+from .text import tiny_tokenizer
 
 # %% auto #0
 __all__ = ['OpenAIVisionJudge', 'GeminiVisionJudge', 'HFVisionJudge', 'tiny_qwen2_vl', 'tiny_idefics3']
@@ -39,7 +41,7 @@ class OpenAIVisionJudge(VisionJudge):
     @property
     def client(self):
         with self._lock:
-            if self._client is None: self._client = _openai_client(self.base_url, self.timeout)
+            if self._client is None: self._client = openai_client(self.base_url, self.timeout)
             return self._client
 
     def _messages(self, images, messages)->list:
@@ -59,7 +61,7 @@ class OpenAIVisionJudge(VisionJudge):
         ch = r.choices[0]
         refusal = getattr(ch.message, "refusal", None) or ("content_filter" if ch.finish_reason == "content_filter" else None)
         return {"text": ch.message.content, "refusal": refusal,
-                "usage": {"calls": 1, **_usage_dict(r.usage, {"prompt_tokens": "prompt_tokens", "completion_tokens": "completion_tokens"})},
+                "usage": {"calls": 1, **usage_dict(r.usage, {"prompt_tokens": "prompt_tokens", "completion_tokens": "completion_tokens"})},
                 "raw": {"id": r.id, "model": r.model, "finish_reason": ch.finish_reason}}
 
     def describe(self)->dict:
@@ -95,7 +97,7 @@ class GeminiVisionJudge(VisionJudge):
     @property
     def client(self):
         with self._lock:
-            if self._client is None: self._client = _genai_client(self.base_url, self.timeout)
+            if self._client is None: self._client = genai_client(self.base_url, self.timeout, api_version="v1beta" if self.base_url else None)
             return self._client
 
     def _contents(self, images, messages)->list:
@@ -113,10 +115,10 @@ class GeminiVisionJudge(VisionJudge):
         if self.thinking_budget is not None: kw["thinking_config"] = types.ThinkingConfig(thinking_budget=self.thinking_budget)
         r = self.client.models.generate_content(model=self.model, contents=self._contents(images, messages), config=types.GenerateContentConfig(
             temperature=self.temperature, max_output_tokens=self.max_tokens, seed=seed, **kw))
-        refusal, code = _gemini_refusal(r)
+        refusal, code = gemini_refusal(r)
         cands = r.candidates or []
-        return {"text": _gemini_text(r), "refusal": refusal, "usage": {"calls": 1, **_gemini_usage(r)},
-                "raw": {"refusal_code": code, "finish_reason": _enum_name(cands[0].finish_reason) if cands else None,
+        return {"text": gemini_text(r), "refusal": refusal, "usage": {"calls": 1, **gemini_usage(r)},
+                "raw": {"refusal_code": code, "finish_reason": enum_name(cands[0].finish_reason) if cands else None,
                         "model_version": getattr(r, "model_version", None)}}
 
     def describe(self)->dict:
@@ -131,7 +133,7 @@ for _m, _tb in (("gemini-2.5-flash", 0), ("gemini-2.5-pro", None), ("gemini-2.0-
                            tested="local server", notes="response_json_schema; blockReason / safety finishReason → refused")(
         lambda _m=_m, _tb=_tb, **kw: GeminiVisionJudge(_m, **{"thinking_budget": _tb, **kw}))
 
-# %% ../../nbs/05b_adapters.vision.ipynb #fc5cb194
+# %% ../../nbs/05b_adapters.vision.ipynb #cf73fd05
 _VLM_CACHE: dict = {}
 _VLM_CACHE_LOCK = threading.Lock()
 
@@ -153,19 +155,23 @@ def _load_vlm(model_id, revision, device, dtype, trust_remote_code, model_kwargs
         _VLM_CACHE[key] = (model, proc)
         return model, proc
 
+# %% ../../nbs/05b_adapters.vision.ipynb #ba12a73e
 _SCHEMA_HINT = "\n\nReply with only a JSON object that matches this JSON schema:\n{schema}"
 
 class HFVisionJudge(VisionJudge):
     "A transformers image-text-to-text model as a judge: processor chat template with image placeholders, greedy decoding."
     def __init__(self, model_id:str|os.PathLike|None=None, # hub id or local folder
                  *, revision:str|None=None, # hub branch, tag or commit
-                 device:str|None=None, dtype:str|None=None, # None: `pick_device()` / `pick_dtype(device)`
+                 device:str|None=None, # torch device (None: `pick_device()`)
+                 dtype:str|None=None, # torch dtype name (None: `pick_dtype(device)`)
                  max_new_tokens:int=256, # answer length limit
                  schema_in_prompt:bool=True, # append the JSON schema to the instruction
                  generate_kwargs:Mapping|None=None, # extra `generate` arguments (logits_processor, ...)
-                 model=None, processor=None, # already-built objects (tests, custom models): nothing is loaded
+                 model=None, # already-built model (pass `processor` too; tests, custom models): nothing is loaded
+                 processor=None, # its processor
                  model_label:str|None=None, # id to report in `describe()`
-                 trust_remote_code:bool=False, model_kwargs:Mapping|None=None, # `from_pretrained` options
+                 trust_remote_code:bool=False, # allow custom modelling code from the hub
+                 model_kwargs:Mapping|None=None, # further `from_pretrained` options
                  max_invalid_retries:int=2, # re-asks after an invalid answer
                 ):
         if (model is None) != (processor is None): raise ValueError("pass both `model` and `processor`, or neither")
@@ -184,28 +190,6 @@ class HFVisionJudge(VisionJudge):
     @property
     def tokenizer(self): return getattr(self.processor, "tokenizer", self.processor)
 
-    def conversation(self, images, messages, schema)->list:
-        "The transformers multimodal chat messages for one call (image placeholders in the first user turn)."
-        out = []
-        for k, m in enumerate(messages):
-            text = m["content"]
-            if k == 0:
-                if self.schema_in_prompt: text = text + _SCHEMA_HINT.format(schema=json.dumps(schema))
-                content = [*({"type": "image"} for _ in images), {"type": "text", "text": text}]
-            else: content = [{"type": "text", "text": text}]
-            out.append({"role": m["role"], "content": content})
-        return out
-
-    def inputs(self, images, messages, schema):
-        "(rendered prompt, model inputs on the model's device) for one call."
-        import torch
-        text = self.processor.apply_chat_template(self.conversation(images, messages, schema), add_generation_prompt=True, tokenize=False)
-        imgs = [load_image(im) for im in images]
-        enc = self.processor(text=[text], images=[imgs] if imgs else None, return_tensors="pt")
-        enc = {k: (v.to(self.device, dtype=self.dtype) if torch.is_floating_point(v) else v.to(self.device)) if hasattr(v, "to") else v
-               for k, v in enc.items()}
-        return text, enc
-
     def _ask(self, images, messages, schema, seed):
         import torch
         with self._lock, torch.inference_mode():
@@ -217,18 +201,51 @@ class HFVisionJudge(VisionJudge):
         return {"text": text, "refusal": None,
                 "usage": {"calls": 1, "prompt_tokens": int(n_in), "completion_tokens": int(new.shape[0])}, "raw": {}}
 
-    def describe(self)->dict:
-        "Model id / path, revision, classes, dtype, device, chat-template hash, decoding settings."
-        cfg = self.model.config
-        tmpl = getattr(self.processor, "chat_template", None)
-        return {"name": self.name, "backend": "transformers", "model_id": self.model_label or self.model_id, "path": self.model_id,
-                "revision": self.revision, "commit_hash": getattr(cfg, "_commit_hash", None),
-                "model_class": type(self.model).__name__, "processor_class": type(self.processor).__name__,
-                "model_type": getattr(cfg, "model_type", None), "n_parameters": int(sum(p.numel() for p in self.model.parameters())),
-                "dtype": str(self.dtype).replace("torch.", ""), "device": str(self.device),
-                "chat_template_sha256": sha256_hex(tmpl) if isinstance(tmpl, str) else None,
-                "decoding": "greedy", "max_new_tokens": self.max_new_tokens, "schema_in_prompt": self.schema_in_prompt,
-                "max_invalid_retries": self.max_invalid_retries}
+# %% ../../nbs/05b_adapters.vision.ipynb #71beef8d
+@patch
+def conversation(self:HFVisionJudge, images, # PIL images (placeholders go in the first user turn)
+                 messages, # the conversation so far
+                 schema, # JSON schema the answer must satisfy (appended as a hint)
+                )->list:
+    "The transformers multimodal chat messages for one call (image placeholders in the first user turn)."
+    out = []
+    for k, m in enumerate(messages):
+        text = m["content"]
+        if k == 0:
+            if self.schema_in_prompt: text = text + _SCHEMA_HINT.format(schema=json.dumps(schema))
+            content = [*({"type": "image"} for _ in images), {"type": "text", "text": text}]
+        else: content = [{"type": "text", "text": text}]
+        out.append({"role": m["role"], "content": content})
+    return out
+
+@patch
+def inputs(self:HFVisionJudge, images, # PIL images
+           messages, # the conversation so far
+           schema, # JSON schema the answer must satisfy
+          ):
+    "(rendered prompt, model inputs on the model's device) for one call."
+    import torch
+    text = self.processor.apply_chat_template(self.conversation(images, messages, schema), add_generation_prompt=True, tokenize=False)
+    imgs = [load_image(im) for im in images]
+    enc = self.processor(text=[text], images=[imgs] if imgs else None, return_tensors="pt")
+    enc = {k: (v.to(self.device, dtype=self.dtype) if torch.is_floating_point(v) else v.to(self.device)) if hasattr(v, "to") else v
+           for k, v in enc.items()}
+    return text, enc
+
+# %% ../../nbs/05b_adapters.vision.ipynb #cdd1b56a
+@patch
+def describe(self:HFVisionJudge)->dict:
+    "Model id / path, revision, classes, dtype, device, chat-template hash, decoding settings."
+    cfg = self.model.config
+    tmpl = getattr(self.processor, "chat_template", None)
+    return {"name": self.name, "backend": "transformers", "model_id": self.model_label or self.model_id, "path": self.model_id,
+            "revision": self.revision, "commit_hash": getattr(cfg, "_commit_hash", None),
+            "model_class": type(self.model).__name__, "processor_class": type(self.processor).__name__,
+            "model_type": getattr(cfg, "model_type", None), "n_parameters": int(sum(p.numel() for p in self.model.parameters())),
+            "dtype": str(self.dtype).replace("torch.", ""), "device": str(self.device),
+            "chat_template_sha256": sha256_hex(tmpl) if isinstance(tmpl, str) else None,
+            "decoding": "greedy", "max_new_tokens": self.max_new_tokens, "schema_in_prompt": self.schema_in_prompt,
+            "max_invalid_retries": self.max_invalid_retries}
 
 # %% ../../nbs/05b_adapters.vision.ipynb #a22da36a
 _QWEN2VL_TEMPLATE = ("{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
