@@ -32,7 +32,8 @@ def main(argv=None):
     ap.add_argument("--baseline", choices=["pad", "zero"], default="pad", help="IG baseline (explain_rows' default: pad)")
     a = ap.parse_args(argv)
     from acrb_nb.adapters.base import TEXT_LMS
-    from acrb_nb.toxicity.zeroshot import PromptEncoder, context_length
+    from acrb_nb.adapters.text import context_length
+    from acrb_nb.toxicity.zeroshot import PromptEncoder
     from acrb_nb.toxicity.explain import LabelMargin, baseline_ids, integrated_gradients, ig_per_step_loop
     try: lm = TEXT_LMS.create(a.model)
     except (ModuleNotFoundError, FileNotFoundError) as e:

@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 from ..core import item_key, rng as _rng, sha256_hex
 from ..runner import StageResult, store_for
+from ..adapters.text import context_length
 from .zeroshot import (EncodedPrompt, PromptEncoder, get_task, model_ref, resolve_model, label_logprobs,
-                                       score_encoded, model_fingerprint, hf_parts, pad_token_id, context_length)
+                                       score_encoded, model_fingerprint, hf_parts, pad_token_id)
 from ..execution import Execution, ModelSession
 
 # %% auto #0

@@ -13,13 +13,14 @@ from ..core import item_key, rng as _rng, sha256_hex
 from ..store import ItemStore, Run
 from ..runner import RetryPolicy, RateLimiter, StageResult, store_for
 from ..adapters.base import TextLM
+from ..adapters.text import leading_special_ids, context_length
 from ..execution import Execution, AdapterRef, ModelSession
 
 # %% auto #0
 __all__ = ['TASKS', 'CONTENT_FREE', 'ZeroShotTask', 'get_task', 'model_ref', 'resolve_model', 'hf_parts', 'EncodedPrompt',
-           'context_length', 'PromptEncoder', 'label_logprobs', 'pad_token_id', 'collate', 'batches_by_length',
-           'score_encoded', 'model_fingerprint', 'expand_batch_rows', 'content_free_score', 'score_dataset',
-           'choose_threshold', 'calibration_report', 'plot_scores']
+           'PromptEncoder', 'label_logprobs', 'pad_token_id', 'collate', 'batches_by_length', 'score_encoded',
+           'model_fingerprint', 'expand_batch_rows', 'content_free_score', 'score_dataset', 'choose_threshold',
+           'calibration_report', 'plot_scores']
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #723bfdd7
 _INSTRUCTION = "Decide if the following text is {positive} or {negative}. Answer with a single word."
@@ -119,22 +120,6 @@ class EncodedPrompt:
     n_text_tokens_kept: int # tokens of the text kept
     truncated: bool # whether the text was cut
 
-def _leading_special_ids(tok)->list:
-    "Special tokens a tokenizer puts before a plain string (BOS for Llama-style tokenizers, none for GPT-2)."
-    with_sp, plain = tok("a", add_special_tokens=True)["input_ids"], tok("a", add_special_tokens=False)["input_ids"]
-    for i in range(len(with_sp) - len(plain) + 1):
-        if with_sp[i:i + len(plain)] == plain: return list(with_sp[:i])
-    return []
-
-def context_length(model, # a transformers model
-                  )->int|None:
-    "The model's maximum sequence length from its config."
-    cfg = getattr(model, "config", None)
-    for k in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
-        v = getattr(cfg, k, None) or getattr(getattr(cfg, "text_config", None), k, None)
-        if isinstance(v, int) and v > 0: return v
-    return None
-
 class PromptEncoder:
     "Render, truncate by tokens and tokenize prompts and their label continuations for one model and task."
     def __init__(self, tokenizer, # the model's tokenizer (a fast tokenizer gives exact truncation offsets)
@@ -153,7 +138,7 @@ class PromptEncoder:
         if rendered.count(_SLOT) != 1:
             raise ValueError("the chat template does not copy the message text verbatim; use chat=False (plain prompt)")
         self.head, self.tail = rendered.split(_SLOT)
-        self.lead = [] if self.chat else _leading_special_ids(tokenizer)
+        self.lead = [] if self.chat else leading_special_ids(tokenizer)
         if label_prefix is None: label_prefix = "" if (self.chat or not self.tail or self.tail[-1].isspace()) else " "
         self.label_prefix = label_prefix
         self.label_texts = [label_prefix + l for l in self.task.labels]
