@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 from .core import (data_path, RunSpec, atomic_write, canonical_json, file_sha256, item_key, rng, seed_int, sha256_hex,
-                          _safe_name, check_no_secrets)
+                          safe_name, check_no_secrets)
 from .store import ItemStore, Run
 from .runner import RetryPolicy, RateLimiter, StageResult
 from .execution import Execution, AdapterRef, placement, run_model_items
@@ -643,7 +643,7 @@ def write_results(df:pd.DataFrame, # from trial_results (or score_trials)
                "image_attributes": r["image_attributes"][0] if single else r.get("image_attributes"),
                "profile_id": r["image_profiles"][0] if single else "+".join(r.get("image_profiles") or []) or None}
         out.append(json.dumps(json.loads(canonical_json(rec)), ensure_ascii=False))
-    path = Path(folder) / f"iat_results_{_safe_name(model)}.jsonl"
+    path = Path(folder) / f"iat_results_{safe_name(model)}.jsonl"
     atomic_write(path, "\n".join(out) + "\n")
     return path
 
