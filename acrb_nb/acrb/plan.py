@@ -21,7 +21,7 @@ __all__ = ['DEFAULT_CONCURRENCY', 'items_per_group', 'design_for', 'image_price'
            'width_for_labels', 'plan_audit']
 
 # %% ../../nbs/16_acrb.plan.ipynb #56569283
-DEFAULT_CONCURRENCY = 4 # what `ray_exec.run_model_items` uses when neither max_workers nor the adapter's `max_concurrency` is set
+DEFAULT_CONCURRENCY = 4 # what `execution.run_model_items` uses when neither max_workers nor the adapter's `max_concurrency` is set
 
 def items_per_group(mde:float, # smallest difference between two groups' rates to detect
                     base_rate:float, # rate of the lower group

@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 import pandas as pd
 from ..core import sha256_hex, item_key, seed_int, atomic_write, check_keys
 from ..store import ItemStore, Run
-from ..runner import run_items, RetryPolicy
+from ..runner import run_items, RetryPolicy, StageResult
 from .prompt_sets import (DOMAINS, SLOT, NEUTRAL_ID, Attribute, AttributeSet, BasePrompt, BasePromptSet,
                                       fill_slot, find_terms, template_problems, identity_terms, plain_quotes,
                                       read_acrb_data, load_attributes, load_base_prompts)
@@ -300,8 +300,8 @@ def stage1_prompts(base="v1", # base prompts: "v1", a path, or a `BasePromptSet`
                    max_workers:int=4, # concurrent LLM calls
                    retry:RetryPolicy=RetryPolicy(), # transient-error policy for LLM calls
                    progress:bool|None=None, # progress bars (None: on unless ACRB_PROGRESS=0)
-                  )->pd.DataFrame:
-    "Stage I of ACRB: one row per base prompt × (neutral + attribute value), with text, provenance and checks."
+                  )->StageResult:
+    "Stage I of ACRB: one row per base prompt × (neutral + attribute value), with text, provenance and checks; the summary is the stage's metadata."
     if mode not in MODES: raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     attrs = attributes if isinstance(attributes, AttributeSet) else load_attributes(attributes, dimensions)
     if isinstance(attributes, AttributeSet) and dimensions is not None:
@@ -376,8 +376,7 @@ def stage1_prompts(base="v1", # base prompts: "v1", a path, or a `BasePromptSet`
                       "by_validation": {k: int(v) for k, v in df.validation.value_counts().sort_index().items()},
                       "by_text_source": {k: int(v) for k, v in df.text_source.value_counts().sort_index().items()},
                       "by_boundary_source": {k: int(v) for k, v in df.boundary_source.value_counts().sort_index().items()}}
-    df.attrs["meta"] = meta
-    return df
+    return StageResult(df, meta, meta.get("lm"))
 
 STAGE1_COLUMNS = {
     "prompt_id": "base id + attribute, e.g. BP_0001.culture.Nigerian / BP_0001.neutral (safe in file names)",
@@ -421,13 +420,13 @@ def _json_records(df:pd.DataFrame)->list:
                  expanded_text=r["text"], attribute_marker=r["subject"] if r["attribute_id"] != NEUTRAL_ID else "")
     return recs
 
-def write_stage1(df:pd.DataFrame, # output of `stage1_prompts`
+def write_stage1(stage1:StageResult|pd.DataFrame, # output of `stage1_prompts` (its summary becomes stage1_meta.json), or a table alone
                  out_dir, # folder (created)
                 )->dict:
     "Write stage1_prompts.parquet, stage1_prompts.json and stage1_meta.json deterministically; return their paths."
+    df, meta = (stage1.rows, dict(stage1.summary)) if isinstance(stage1, StageResult) else (stage1, {})
     missing = [c for c in STAGE1_COLUMNS if c not in df.columns]
     if missing: raise ValueError(f"not a stage-1 table: columns {missing} are missing; build it with stage1_prompts()")
-    meta = dict(df.attrs.get("meta", {}))
     df = df[list(STAGE1_COLUMNS)].reset_index(drop=True)
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
     import io, pyarrow as pa, pyarrow.parquet as pq
@@ -442,12 +441,12 @@ def write_stage1(df:pd.DataFrame, # output of `stage1_prompts`
     return paths
 
 def read_stage1(path, # folder holding stage1_prompts.parquet, or the parquet file
-               )->pd.DataFrame:
-    "Read a stage-1 table (lists come back as Python lists)."
+               )->StageResult:
+    "Read a stage-1 table (lists come back as Python lists) and its stage1_meta.json (as the summary)."
     p = Path(path); p = p / "stage1_prompts.parquet" if p.is_dir() else p
     df = pd.read_parquet(p)
     for c in _LIST_COLUMNS:
         df[c] = df[c].map(lambda v: [] if v is None else list(v))
     mp = p.parent / "stage1_meta.json"
-    if mp.exists(): df.attrs["meta"] = {k: v for k, v in json.loads(mp.read_text()).items() if k != "columns"}
-    return df
+    meta = {k: v for k, v in json.loads(mp.read_text()).items() if k != "columns"} if mp.exists() else {}
+    return StageResult(df, meta, meta.get("lm"))
