@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 import pandas as pd
 from ..core import RunSpec, check_no_secrets
-from ..store import Run
+from ..store import ItemStore, Run
+from fastcore.basics import patch
 from ..runner import RetryPolicy
 from ..execution import Execution, AdapterRef, placement
 from ..adapters.base import VisionJudge, IMAGE_GENERATORS, TEXT_LMS, VISION_JUDGES
@@ -39,7 +40,13 @@ class IATStudy:
     summary: dict # the runner's counts for this call (with `executor`)
     images_summary: dict|None = None # the image generation's counts (with `executor`); None when images were given
 
-# %% ../../nbs/47_iat.pipeline.ipynb #4aa355e8
+# %% ../../nbs/47_iat.pipeline.ipynb #639428ab
+@patch
+def store(self:IATStudy)->ItemStore:
+    "The trials run's item store (answers, and the human labels imported for the judge correction)."
+    return ItemStore(self.run_dir / "items.sqlite")
+
+# %% ../../nbs/47_iat.pipeline.ipynb #863ef679
 def _study_images(cfg:IATConfig, # the study configuration
                   pairs:pd.DataFrame, # attribute pairs
                   k:int, # profile pairs per attribute pair
@@ -68,7 +75,7 @@ def _study_images(cfg:IATConfig, # the study configuration
     params.update(generator=generator, images_run=ispec.run_id)
     return attach_images(plan, gp.rows), gp.summary
 
-# %% ../../nbs/47_iat.pipeline.ipynb #9668ed5a
+# %% ../../nbs/47_iat.pipeline.ipynb #01656316
 def _study_judge(model:str, # registry name of the judge
                  design:str, # "seed", "paired" or "text"
                  judge, # an adapter instance, or None (created from `model`)
@@ -82,7 +89,7 @@ def _study_judge(model:str, # registry name of the judge
         return TextChoiceRef.of(model, mode=text_mode, **jk) if execution.is_ray else TextChoiceJudge(TEXT_LMS.create(model, **jk), mode=text_mode)
     return AdapterRef.of("vision_judge", model, **jk) if execution.is_ray else VISION_JUDGES.create(model, **jk)
 
-# %% ../../nbs/47_iat.pipeline.ipynb #36548ea3
+# %% ../../nbs/47_iat.pipeline.ipynb #f673de4c
 def iat_study(model:str="sim", # VISION_JUDGES name (design seed/paired) or TEXT_LMS name (design text)
               design:str="seed", # "seed", "paired" or "text"
               dimensions:Sequence[str]|None=None, # dimensions to test (None: all)

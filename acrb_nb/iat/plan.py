@@ -9,6 +9,7 @@ from typing import Mapping, Sequence
 import pandas as pd
 from scipy import special
 from ..adapters.base import IMAGE_GENERATORS, TEXT_LMS, VISION_JUDGES
+from ..execution import API_BACKENDS
 from ..planning import (DEFAULT_CONCURRENCY, declared, image_price, judge_correlation, labels_for_width,
                               wall_hours, width_for_labels)
 from .config import IATConfig, attribute_pairs, study_config
@@ -124,6 +125,7 @@ def plan_iat(model:str="sim", # VISION_JUDGES name (design seed/paired) or TEXT_
     g = _stage_budget(gen_entry, prof["generated"], rpm, concurrency, seconds_per_call) if gen_entry else {"hours": 0.0}
     j = _stage_budget(judge_entry, trials, rpm, concurrency, seconds_per_call)
     usd_img = None if price["usd_per_image"] is None else prof["generated"] * price["usd_per_image"]
+    if usd_per_judge_call is None and judge_entry.backend not in API_BACKENDS: usd_per_judge_call = 0.0   # a local model: no API price
     usd_judge = None if usd_per_judge_call is None else trials * usd_per_judge_call
     n = {"model": model, "backend": judge_entry.backend, "design": design, "dimensions": list(cfg.tested), "pairs": len(pairs),
          "pairs_per_combo": k, "words": [len(cfg.positive), len(cfg.negative)], "words_sample": n_words, "trials_per_pair": per_pair,
@@ -154,7 +156,9 @@ def _plan_table(n:Mapping, # the plan's numbers
             ("profile images", n["profiles"], "images", prof["source"]),
             ("generator calls", n["generator_calls"], "calls", f"{n['generator'] or 'none'}; price {price['usd_per_image']} USD per image ({price['source']})"),
             ("judge calls", n["judge_calls"], "calls", f"one per trial ({n['model']}, {n['backend']}); at most {n['judge_calls_max']} with every answer re-asked twice"),
-            ("expected cost", n["cost_usd"], "USD", f"images {n['cost_images_usd']} + judge {n['cost_judge_usd']}" + ("" if n["usd_per_judge_call"] is not None else " — give usd_per_judge_call= to price the judge")),
+            ("expected cost", n["cost_usd"], "USD", f"images {n['cost_images_usd']} + judge {n['cost_judge_usd']}"
+             + (f" ({n['usd_per_judge_call']} USD per judge call" + (", a local model: GPU time not costed)" if n["backend"] not in API_BACKENDS else ")")
+                if n["usd_per_judge_call"] is not None else " — give usd_per_judge_call= to price the judge")),
             ("wall time", hrs(n["wall_hours"]), "hours", f"generator then judge, each max(calls / rpm, calls × seconds_per_call / concurrency); rpm={n['rpm']}, concurrency={n['concurrency']}, seconds_per_call={n['seconds_per_call']}"
              + ("" if n["wall_hours"] is not None else " — give rpm= or seconds_per_call=")),]
     if labels is not None:
