@@ -75,9 +75,21 @@ class IATConfig:
     tested: tuple # dimensions whose value pairs are tested
     sources: dict # where each part came from, with SHA-256 digests
 
-    def phrase(self, dim:str, value:str)->str: return self.phrases.get(dim, {}).get(value, value)
-    def label(self, dim:str, value:str)->str: return self.labels.get(dim, {}).get(value, value)
-    def group(self, dim:str, value:str)->str: return self.groups[dim].format(label=self.label(dim, value))
+    def phrase(self, dim:str, # a dimension
+               value:str, # one of its values
+              )->str:
+        "The text a value puts into the profile template (default: the value)."
+        return self.phrases.get(dim, {}).get(value, value)
+    def label(self, dim:str, # a dimension
+              value:str, # one of its values
+             )->str:
+        "The label of a value in option lines (default: the value)."
+        return self.labels.get(dim, {}).get(value, value)
+    def group(self, dim:str, # a dimension
+              value:str, # one of its values
+             )->str:
+        "The group phrase of a value in the text-only variant."
+        return self.groups[dim].format(label=self.label(dim, value))
     @property
     def words(self)->tuple: return self.positive + self.negative
     @property
