@@ -172,7 +172,7 @@ class ImageTextEncoder(Adapter):
 
 # %% ../../nbs/05_adapters.base.ipynb #5140d1ba
 _ADAPTER_MODULES = ["acrb_nb.adapters.sim", "acrb_nb.adapters.text", "acrb_nb.adapters.vision",
-                    "acrb_nb.adapters.images", "acrb_nb.adapters.clip"]
+                    "acrb_nb.adapters.images", "acrb_nb.adapters.clip", "acrb_nb.adapters.tiny"]
 
 @dataclasses.dataclass(frozen=True)
 class RegistryEntry:
