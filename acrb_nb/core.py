@@ -4,31 +4,35 @@
 
 # %% ../nbs/00_core.ipynb #72adf476
 from __future__ import annotations
-import dataclasses, datetime, hashlib, importlib.metadata, json, math, os, platform, re, subprocess, sys
+import dataclasses, datetime, difflib, hashlib, importlib.metadata, json, math, os, platform, re, subprocess, sys
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 import numpy as np
 
 # %% auto #0
-__all__ = ['REDACTED', 'KEY_PATTERNS', 'KEY_PACKAGES', 'canonical_json', 'sha256_hex', 'file_sha256', 'item_key', 'secret_values',
-           'is_credential_name', 'check_no_secrets', 'redact', 'rng', 'seed_int', 'RunSpec', 'git_info',
-           'package_versions', 'environment_info', 'utcnow', 'atomic_write', 'data_path']
+__all__ = ['REDACTED', 'KEY_PATTERNS', 'KEY_PACKAGES', 'freeze', 'thaw', 'canonical_json', 'sha256_hex', 'file_sha256',
+           'item_key', 'secret_values', 'is_credential_name', 'check_no_secrets', 'redact', 'rng', 'seed_int',
+           'safe_name', 'RunSpec', 'git_info', 'package_versions', 'environment_info', 'utcnow', 'atomic_write',
+           'data_path', 'indefinite_article', 'capitalize_first', 'ConfigError', 'ConfigMapping', 'read_yaml',
+           'check_keys']
 
 # %% ../nbs/00_core.ipynb #84acb545
-def _freeze(o):
+def freeze(o, # a JSON-like value: dicts, lists, tuples, scalars
+          ):
     "Recursively make a JSON-like value immutable (dict → mappingproxy, list → tuple)."
-    if isinstance(o, Mapping): return MappingProxyType({str(k): _freeze(v) for k, v in o.items()})
-    if isinstance(o, (list, tuple)): return tuple(_freeze(v) for v in o)
+    if isinstance(o, Mapping): return MappingProxyType({str(k): freeze(v) for k, v in o.items()})
+    if isinstance(o, (list, tuple)): return tuple(freeze(v) for v in o)
     return o
 
-def _thaw(o):
-    "Inverse of `_freeze`: plain dicts and lists."
-    if isinstance(o, Mapping): return {k: _thaw(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)): return [_thaw(v) for v in o]
+def thaw(o, # a value made by `freeze` (or any JSON-like value)
+        ):
+    "Inverse of `freeze`: plain dicts and lists."
+    if isinstance(o, Mapping): return {k: thaw(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)): return [thaw(v) for v in o]
     return o
 
-# %% ../nbs/00_core.ipynb #474f4ae4
+# %% ../nbs/00_core.ipynb #be9d2e29
 def _json_default(o):
     "Turn the non-JSON types we allow into JSON values (used by `canonical_json`)."
     if isinstance(o, MappingProxyType): return dict(o)
@@ -46,9 +50,10 @@ def _json_default(o):
 def canonical_json(obj:Any, # any JSON-like value (dicts, lists, numbers, strings, numpy scalars, Paths)
                   )->str:
     "Deterministic compact JSON: sorted keys, no whitespace, NaN refused."
-    return json.dumps(_thaw(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+    return json.dumps(thaw(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False, default=_json_default)
 
+# %% ../nbs/00_core.ipynb #dad81c8b
 def sha256_hex(data:Any, # bytes, str, or a JSON-like object (hashed via `canonical_json`)
               )->str:
     "SHA-256 hex digest of bytes, a string, or the canonical JSON of an object."
@@ -66,13 +71,14 @@ def file_sha256(path, # file to hash
         for block in iter(lambda: f.read(chunk), b""): h.update(block)
     return h.hexdigest()
 
+# %% ../nbs/00_core.ipynb #c7bf4538
 def item_key(*parts, # positional parts (e.g. a namespace such as "acrb.t2i")
              **named, # named parts: model id, revision, inputs, params, seed, ...
             )->str:
     "Key of a unit of work: 32 hex chars of the SHA-256 of everything that determines its result."
     return sha256_hex({"parts": list(parts), "named": named})[:32]
 
-# %% ../nbs/00_core.ipynb #f2bfb6a8
+# %% ../nbs/00_core.ipynb #cfc08d3b
 REDACTED = "***REDACTED***"
 _SECRET_ENV = re.compile(r"(?:^|_)(?:API_?KEY|TOKEN|SECRET|SECRET_KEY|ACCESS_KEY|PASSWORD|CREDENTIALS)$", re.I)
 _CRED_PARTS = {"key", "apikey", "token", "secret", "secrets", "password", "passwd", "credential", "credentials"}
@@ -91,12 +97,14 @@ def secret_values(env:Mapping|None=None, # environment to read; `os.environ` by 
     env = os.environ if env is None else env
     return {k: v for k, v in env.items() if _SECRET_ENV.search(k) and len(v.strip()) >= min_len}
 
-def is_credential_name(name:str)->bool:
+def is_credential_name(name:str, # a parameter name, e.g. 'api_key' or 'max_tokens'
+                      )->bool:
     "True if a parameter name looks like a credential (`api_key`, `*_key`, `token`, `secret`, `password`, …)."
     parts = [p for p in re.split(r"[_\-\s.]+", name.lower()) if p]
     return "api_key" in name.lower() or (bool(parts) and parts[-1] in _CRED_PARTS) or any(
         p in _CRED_PARTS - {"key", "token"} for p in parts)
 
+# %% ../nbs/00_core.ipynb #e25741cc
 def check_no_secrets(params:Mapping, # parameters about to be recorded (spec, papermill parameters, ...)
                      where:str="parameters", # what they are, for the error message
                      env:Mapping|None=None, # environment whose secret values to look for; `os.environ` by default
@@ -122,6 +130,7 @@ def check_no_secrets(params:Mapping, # parameters about to be recorded (spec, pa
             if kind: raise error(f"{where}: the value of parameter '{name}' looks like an API key ({kind}); refused. {_KEY_HINT}")
     walk(params, "")
 
+# %% ../nbs/00_core.ipynb #d7cce43b
 def redact(text:str, # text about to be written to a manifest, a log or a report
            mask:str=REDACTED, # replacement
            env:Mapping|None=None, # environment whose secrets to remove; `os.environ` by default
@@ -149,11 +158,15 @@ def seed_int(seed:int, # the run's seed
     return int(np.random.SeedSequence([int(seed), *_name_entropy(names)]).generate_state(2, dtype=np.uint32)
                .astype(np.uint64) @ np.array([1 << 31, 1], dtype=np.uint64)) & ((1 << 63) - 1)
 
-# %% ../nbs/00_core.ipynb #55c9036c
-def _safe_name(s:str)->str:
+# %% ../nbs/00_core.ipynb #23745807
+def safe_name(s:str, # a model, study or dataset name (hub ids with '/', spaces, ...)
+             )->str:
     "A file-system-safe version of a model or study name."
     return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", str(s)).strip("_.") or "_"
 
+_safe_name = safe_name  # the old private name, until every importer uses `safe_name`
+
+# %% ../nbs/00_core.ipynb #644bc358
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
     "Frozen description of a run: study, model registry name, parameters and seed."
@@ -174,9 +187,9 @@ class RunSpec:
         check_no_secrets(self.params, "RunSpec.params")
         canonical_json(self.params)  # fails early, naming the type, if a value is not JSON-serializable
         object.__setattr__(self, "seed", int(self.seed))
-        object.__setattr__(self, "params", _freeze(self.params))
+        object.__setattr__(self, "params", freeze(self.params))
 
-    def to_dict(self)->dict: return {"study": self.study, "model": self.model, "params": _thaw(self.params), "seed": self.seed}
+    def to_dict(self)->dict: return {"study": self.study, "model": self.model, "params": thaw(self.params), "seed": self.seed}
     def to_json(self)->str: return json.dumps(self.to_dict(), sort_keys=True, indent=2, ensure_ascii=False)
     @property
     def spec_hash(self)->str: return sha256_hex(self.to_dict())
@@ -187,10 +200,11 @@ class RunSpec:
     def seed_int(self, *names)->int: return seed_int(self.seed, *names)
     def replace(self, **params)->"RunSpec":
         "A copy with some parameters changed."
-        return RunSpec(self.study, self.model, {**_thaw(self.params), **params}, self.seed)
-    def default_dir(self, root="runs")->Path:
+        return RunSpec(self.study, self.model, {**thaw(self.params), **params}, self.seed)
+    def default_dir(self, root="runs", # folder that holds all runs
+                   )->Path:
         "Where this spec's run lives: `root/<study>/<model>/<run_id>`."
-        return Path(root) / _safe_name(self.study) / _safe_name(self.model) / self.run_id
+        return Path(root) / safe_name(self.study) / safe_name(self.model) / self.run_id
     @classmethod
     def from_dict(cls, d:Mapping)->"RunSpec":
         missing = {"study", "model"} - set(d)
@@ -199,7 +213,7 @@ class RunSpec:
     @classmethod
     def from_json(cls, path)->"RunSpec": return cls.from_dict(json.loads(Path(path).read_text()))
 
-# %% ../nbs/00_core.ipynb #0a75a4dd
+# %% ../nbs/00_core.ipynb #1a1e9a43
 KEY_PACKAGES = ("acrb_nb", "torch", "torchvision", "transformers", "diffusers", "open_clip_torch", "captum", "openai",
                 "google-genai", "numpy", "pandas", "scipy", "statsmodels", "scikit-learn", "pyarrow", "papermill", "nbdev")
 
@@ -217,6 +231,7 @@ def git_info(path=None, # a folder inside the repository (default: this package'
     if not commit: return {"commit": None, "dirty": None}
     return {"commit": commit, "dirty": bool(_git(["status", "--porcelain", "--untracked-files=no"], cwd))}
 
+# %% ../nbs/00_core.ipynb #4bb880d9
 def package_versions(packages=KEY_PACKAGES, # distribution names
                     )->dict:
     "Installed versions of `packages` from their metadata (None when absent)."
@@ -238,11 +253,12 @@ def environment_info(extra_packages=(), # more distributions to record
                                "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
     return info
 
-# %% ../nbs/00_core.ipynb #a9e3e033
+# %% ../nbs/00_core.ipynb #ec317b05
 def utcnow()->str:
     "Current UTC time, ISO 8601 with seconds."
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
+# %% ../nbs/00_core.ipynb #d0c66ee7
 def atomic_write(path, # destination file
                  data:bytes|str, # content
                 )->Path:
@@ -275,3 +291,92 @@ def data_path(*parts:str, # path inside data/, e.g. "acrb", "attributes_v1.yaml"
                                 f"Install acrb_nb from a checkout of its repository (pip install -e .), or set ACRB_NB_DATA "
                                 f"to a copy of the repository's data/ folder.")
     return roots[0].joinpath(*parts)
+
+# %% ../nbs/00_core.ipynb #603f41be
+_AN_PREFIXES = ("hour", "honest", "honor", "honour", "heir")  # silent h: "an hour"
+_A_PREFIXES = ("uni", "use", "usu", "uti", "ura", "ure", "uro", "eu", "ewe", "one", "once", "ubiq", "ugand", "ukrain",
+               "uruguay", "utah")  # vowel letter, consonant sound: "a European", "a university", "a one-off"
+_AN_LETTERS = set("AEFHILMNORSX")  # letters whose names start with a vowel sound: "an EMT", "an ID", "an X-ray"
+
+def indefinite_article(word:str, # the word that follows the article
+                      )->str:
+    "'a' or 'an' before `word`, by sound: exceptions for silent h, 'you'/'w' sounds and acronyms."
+    w = re.sub(r"^[^A-Za-z0-9]+", "", word)
+    if not w: raise ValueError(f"cannot choose an article for {word!r}: it has no letters")
+    head = re.match(r"[A-Za-z0-9]+", w)[0]
+    if len(head) >= 2 and head.isupper() and head.isalpha():  # acronym, read letter by letter
+        return "an" if head[0] in _AN_LETTERS else "a"
+    if len(head) == 1 and head.isupper() and (len(w) == 1 or not w[1].isalpha()):  # "an X-ray", "a U-turn"
+        return "an" if head in _AN_LETTERS else "a"
+    lw = w.lower()
+    if lw.startswith(_AN_PREFIXES): return "an"
+    if lw.startswith(_A_PREFIXES): return "a"
+    if lw[0].isdigit(): return "an" if lw.startswith(("8", "11", "18")) else "a"
+    return "an" if lw[0] in "aeiou" else "a"
+
+# %% ../nbs/00_core.ipynb #401f785a
+def capitalize_first(s:str, # a phrase, e.g. "an Indian person"
+                    )->str:
+    "Upper-case the first character only (`'an elderly person'` → `'An elderly person'`; proper nouns untouched)."
+    return s[:1].upper() + s[1:]
+
+# %% ../nbs/00_core.ipynb #b09778fd
+class ConfigError(ValueError):
+    "A configuration file is malformed; the message names the file, the key and its line, and says how to fix it."
+
+class ConfigMapping(dict):
+    "A mapping read by `read_yaml`: a plain `dict` that also knows the line of each of its keys."
+    def __init__(self, *args, # a mapping or key/value pairs, as for `dict`
+                 lines:Mapping|None=None, # key → 1-based line in the file the mapping was read from
+                 **kw, # more keys, as for `dict`
+                ):
+        super().__init__(*args, **kw); self.lines = dict(lines or {})
+    def line(self, key, # a key of this mapping
+            )->int|None:
+        "1-based line of `key` in the file it was read from (None when unknown)."
+        return getattr(self, "lines", {}).get(key)
+
+# %% ../nbs/00_core.ipynb #b6342e06
+def _strict_loader(where:str, error:type):
+    "A yaml SafeLoader whose mappings refuse repeated keys and remember their keys' lines."
+    import yaml
+    class _Strict(yaml.SafeLoader): pass
+    def mapping(loader, node, deep=False):
+        lines = {}
+        for k, _ in node.value:
+            key = loader.construct_object(k, deep=deep)
+            try: first = lines.get(key)
+            except TypeError: continue  # an unhashable key: construct_mapping reports it
+            if first is not None:
+                raise error(f"{where}: key {key!r} appears twice (line {k.start_mark.line + 1}); its first entry is at "
+                            f"line {first}. YAML would silently keep only the last one, so merge the two entries")
+            lines[key] = k.start_mark.line + 1
+        return ConfigMapping(loader.construct_mapping(node, deep=deep), lines=lines)
+    _Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return _Strict
+
+def read_yaml(path, # a YAML (or JSON) file
+              error:type=ConfigError, # exception for a malformed file: `ConfigError` or a study's own subclass
+             ):
+    "Parse a configuration file strictly: a repeated key is an error; every mapping is a `ConfigMapping`."
+    import yaml
+    p = Path(path)
+    if not p.is_file(): raise FileNotFoundError(f"configuration file {p} does not exist")
+    try: return yaml.load(p.read_text(encoding="utf-8"), Loader=_strict_loader(str(p), error))
+    except yaml.YAMLError as e: raise error(f"{p} is not valid YAML: {e}") from e
+
+# %% ../nbs/00_core.ipynb #3de9a715
+def check_keys(d, # a mapping from a configuration (a `ConfigMapping` adds the keys' lines to the message)
+               allowed, # the keys it may have
+               where:str, # the file and the path of `d` in it, e.g. "planted.yaml: attributes.culture"
+               error:type=ConfigError, # exception class to raise
+              ):
+    "Raise `error` naming the unknown keys of `d` (with their lines and a close match) and the allowed ones."
+    if not isinstance(d, Mapping): raise error(f"{where} must be a mapping, got {type(d).__name__} {d!r}")
+    extra = [k for k in d if k not in allowed]
+    if not extra: return
+    lines = [d.line(k) for k in extra] if isinstance(d, ConfigMapping) else []
+    at = f" at line(s) {', '.join(str(n) for n in lines if n)}" if any(lines) else ""
+    hints = {k: difflib.get_close_matches(str(k), [str(a) for a in allowed], n=1) for k in extra}
+    hint = "".join(f" ('{k}': did you mean '{h[0]}'?)" for k, h in hints.items() if h)
+    raise error(f"{where}: unknown key(s) {extra}{at}{hint}; allowed keys are {sorted(map(str, allowed))}")

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 # %% auto #0
 __all__ = ['HEADLINE_MIME', 'STUDIES', 'ParameterError', 'SecretParameterError', 'template_parameters', 'parse_value',
            'check_secrets', 'scan_for_secrets', 'check_parameters', 'headline', 'read_headlines', 'build_index',
-           'ReportResult', 'render_report', 'find_nbs', 'resolve_template', 'executor_parameters', 'main']
+           'ReportResult', 'render_report', 'find_nbs', 'resolve_template', 'execution_parameters', 'main']
 
 # %% ../nbs/90_report.ipynb #47692c28
 class ParameterError(ValueError):
@@ -126,6 +126,14 @@ def _example(name, default) -> str:
     if isinstance(default, (list, tuple, dict)): return f"-y '{name}: {json.dumps(default)}'"
     return f"-p {name} {default}"
 
+def _check_execution(value, template:str):
+    "The `execution` parameter, read as the studies read it (`Execution.of`), so a typo fails before papermill starts."
+    from acrb_nb.execution import Execution  # imported when needed: `acrb-report --help` stays instant
+    try: Execution.of(value)
+    except (TypeError, ValueError) as e:
+        raise ParameterError(f"parameter 'execution' of {template}: {e}; e.g. -p execution ray, or "
+                             f"-y 'execution: {{executor: ray, num_gpus: 1}}'") from None
+
 def check_parameters(params: Mapping[str, Any], # parameters to pass
                      specs: Mapping[str, dict], # the template's parameters, from `template_parameters`
                      template: str = "the template", # template name for error messages
@@ -137,6 +145,8 @@ def check_parameters(params: Mapping[str, Any], # parameters to pass
         raise ParameterError(f"unknown parameter(s) {', '.join(map(repr, unknown))} for {template}; "
                              f"its parameters (with defaults) are: {valid}")
     for k, v in params.items():
+        if k == "execution":  # one option, one type everywhere: "local", "ray", a dict of Execution fields (06a_execution)
+            _check_execution(v, template); continue
         d = specs[k]["default"]
         if not _type_ok(v, d):
             want = next((n for t, n in _TYPE_NAMES.items() if isinstance(d, t)), type(d).__name__)
@@ -441,10 +451,18 @@ def resolve_template(name: str, # a template path, or a study name like `acrb`
     return t
 
 # %% ../nbs/90_report.ipynb #c2b76010
+def _execution_arg(s:str):
+    "`--execution` value: local, ray, or a YAML/JSON mapping of Execution fields."
+    import yaml
+    v = yaml.safe_load(s)
+    if isinstance(v, str) or isinstance(v, dict): return v
+    raise argparse.ArgumentTypeError(f"--execution takes local, ray or a mapping like '{{executor: ray, num_gpus: 1}}', got {s!r}")
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="acrb-report", description="Execute a report template with papermill, publish it as HTML and index it.",
         epilog="examples:\n  acrb-report acrb -p model flux -p n 3\n  acrb-report nbs/toxicity.ipynb -f configs/tox.yaml\n"
+               "  acrb-report acrb -p model flux --execution ray --ray-address auto --ray-num-gpus 1\n"
                "  acrb-report --all\n\nAPI keys come from environment variables (OPENAI_API_KEY, GOOGLE_API_KEY, ...), "
                "never from parameters.", formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("template", nargs="?", help="template notebook (nbs/acrb.ipynb) or study name (acrb)")
@@ -460,9 +478,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--nbs", help="notebooks folder (default: nbs_path of the nearest settings.ini)")
     p.add_argument("--timeout", type=float, help="per-cell timeout in seconds")
     p.add_argument("--kernel", default="python3", help="Jupyter kernel name (default: python3)")
-    g = p.add_argument_group("scale-out", "where local models run (templates with `executor` and `ray` parameters: "
-                             "acrb, toxicity, iat); API models always run on threads")
-    g.add_argument("--executor", choices=("local", "ray"), help="local (this process) or ray (actors, one model per worker)")
+    g = p.add_argument_group("scale-out", "where local models run: the `execution` parameter of the acrb, toxicity and "
+                             "iat templates; API models always run on threads")
+    g.add_argument("--execution", type=_execution_arg, metavar="EXECUTION",
+                   help="local (this process), ray (actors, one model per worker), or a mapping of Execution fields, "
+                        "e.g. '{executor: ray, address: auto, num_gpus: 1}'")
     g.add_argument("--ray-address", help="Ray to join: auto (this node's cluster) or ray://HEAD:10001; default: start a local Ray")
     g.add_argument("--ray-num-actors", type=int, help="Ray workers per stage (default: as many as fit)")
     g.add_argument("--ray-num-cpus", type=float, help="CPUs per Ray worker (default 1)")
@@ -470,20 +490,21 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--ray-batch-size", type=int, help="items per task sent to a Ray worker (default 8)")
     return p
 
-def executor_parameters(params: Mapping[str, Any], # parameters so far (from -p / -y)
-                        executor: str | None = None, # --executor
-                        **ray, # --ray-* options: address, num_actors, num_cpus, num_gpus, batch_size (None: not given)
-                       ) -> dict:
-    "Template parameters `executor` and `ray` from the CLI's scale-out options, merged over `params`."
+def execution_parameters(params: Mapping[str, Any], # parameters so far (from -p / -y / -f)
+                         execution: str | Mapping | None = None, # --execution
+                         **ray, # --ray-* options: address, num_actors, num_cpus, num_gpus, batch_size (None: not given)
+                        ) -> dict:
+    "The template parameter `execution` from the CLI's scale-out options, merged over `params` (the --ray-* options fill its dict)."
     out = dict(params)
     ray = {k: v for k, v in ray.items() if v is not None}
-    if executor is not None: out["executor"] = executor
+    if execution is not None: out["execution"] = execution
     if ray:
-        if out.get("executor") != "ray":
-            raise ParameterError(f"--ray-* options ({', '.join(sorted(ray))}) need --executor ray")
-        base = out.get("ray") or {}
-        if not isinstance(base, Mapping): raise ParameterError(f"parameter ray must be a mapping, got {base!r}")
-        out["ray"] = {**base, **ray}
+        base = out.get("execution", "local")
+        base = {"executor": base} if isinstance(base, str) else base
+        if not isinstance(base, Mapping): raise ParameterError(f"parameter execution must be local, ray or a mapping, got {base!r}")
+        if base.get("executor", "local") != "ray":
+            raise ParameterError(f"--ray-* options ({', '.join(sorted(ray))}) need --execution ray")
+        out["execution"] = {**base, **ray}
     return out
 
 def _say(r: ReportResult):
@@ -532,8 +553,8 @@ def main(argv: list[str] | None = None, # command-line arguments; `sys.argv[1:]`
                 if not isinstance(d, dict): raise ParameterError(f"-y {y!r} is not a YAML mapping; write it as 'name: value'")
                 params.update(d)
         params.update({k: parse_value(v) for k, v in a.parameters})
-        params = executor_parameters(params, a.executor, address=a.ray_address, num_actors=a.ray_num_actors,
-                                     num_cpus=a.ray_num_cpus, num_gpus=a.ray_num_gpus, batch_size=a.ray_batch_size)
+        params = execution_parameters(params, a.execution, address=a.ray_address, num_actors=a.ray_num_actors,
+                                      num_cpus=a.ray_num_cpus, num_gpus=a.ray_num_gpus, batch_size=a.ray_batch_size)
         t = resolve_template(a.template, a.nbs)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

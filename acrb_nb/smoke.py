@@ -42,7 +42,7 @@ def smoke_target(name:str, # registry name, e.g. "flux", "qwen2.5-vl-7b"
                 raise KeyError(f"{name!r} is a generic entry ({e.model_id}); acrb-smoke takes the registry name of one model, "
                                f"e.g. qwen2.5-vl-7b (register a new one with {kind.upper()}S.register(...))")
             if e.backend == "diffusers":
-                from acrb_nb.adapters.images import DIFFUSION_MODELS
+                from acrb_nb.adapters.diffusion import DIFFUSION_MODELS
                 m = DIFFUSION_MODELS[name]
                 repo, gated = m.model_id, (m.license if "gated" in m.license else None)
             else:

@@ -8,13 +8,14 @@ import json, os, sqlite3, threading, time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 import pandas as pd
+from fastcore.basics import patch
 from .core import (RunSpec, atomic_write, canonical_json, environment_info, file_sha256, redact, sha256_hex,
-                          utcnow, _safe_name)
+                          utcnow)
 
 # %% auto #0
 __all__ = ['ItemStore', 'Run']
 
-# %% ../nbs/01_store.ipynb #8f3c390e
+# %% ../nbs/01_store.ipynb #7f1e71db
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
   key TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('done','failed')), outcome TEXT,
@@ -25,6 +26,7 @@ CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value REAL NOT NULL)
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 """
 
+# %% ../nbs/01_store.ipynb #bd8e52b9
 class ItemStore:
     "Crash-safe, thread-safe key → record store (SQLite, WAL, one fsynced transaction per item)."
     def __init__(self, path, # the .sqlite file (created with its folder if missing)
@@ -44,7 +46,6 @@ class ItemStore:
             raise ValueError(f"{self.path} is not a usable item store ({e}). If it is corrupt, move it aside and "
                              f"re-run: finished items will be recomputed.") from e
 
-    # -- writing ---------------------------------------------------------------------------------
     def put(self, key:str, # item key (see `core.item_key`)
             record:Mapping|None=None, # JSON-serializable result (for status 'done')
             *, status:str="done", # 'done' or 'failed'
@@ -95,98 +96,7 @@ class ItemStore:
             for k, v in counts.items(): self._incr(k, v)
             self._db.execute("COMMIT")
 
-    def save_blob(self, data:bytes, # file content (e.g. PNG bytes)
-                  suffix:str=".png", # file extension
-                 )->str:
-        "Write `data` content-addressed under `blob_dir` (atomic, idempotent); returns the path relative to the store folder."
-        h = sha256_hex(data)
-        p = self.blob_dir / h[:2] / f"{h}{suffix}"
-        if not p.exists(): atomic_write(p, data)
-        return os.path.relpath(p, self.path.parent)
-
-    def blob_path(self, rel:str)->Path:
-        "Absolute path of a blob returned by `save_blob`."
-        return self.path.parent / rel
-
-    def set_meta(self, k:str, v:str):
-        with self._lock: self._db.execute("INSERT OR REPLACE INTO meta(k,v) VALUES(?,?)", (k, v))
-    def get_meta(self, k:str, default=None):
-        with self._lock: r = self._db.execute("SELECT v FROM meta WHERE k=?", (k,)).fetchone()
-        return r[0] if r else default
-
-    # -- reading ---------------------------------------------------------------------------------
-    def _row(self, r):
-        return None if r is None else {"key": r[0], "status": r[1], "outcome": r[2],
-                                       "record": None if r[3] is None else json.loads(r[3]), "error": r[4],
-                                       "error_kind": r[5], "attempts": r[6], "seconds": r[7]}
     _COLS = "key,status,outcome,record,error,error_kind,attempts,seconds"
-
-    def get(self, key:str)->dict|None:
-        "The stored entry for `key` (status, outcome, record, error, …) or None."
-        with self._lock: r = self._db.execute(f"SELECT {self._COLS} FROM items WHERE key=?", (key,)).fetchone()
-        return self._row(r)
-
-    def __contains__(self, key): return self.status_of([key]).get(key) == "done"
-    def __len__(self):
-        with self._lock: return self._db.execute("SELECT COUNT(*) FROM items").fetchone()[0]
-
-    def status_of(self, keys:Iterable[str])->dict:
-        "Map of key → status for the keys that are stored (bulk lookup, chunked)."
-        keys, out = list(keys), {}
-        with self._lock:
-            for i in range(0, len(keys), 900):
-                chunk = keys[i:i+900]
-                q = f"SELECT key,status FROM items WHERE key IN ({','.join('?'*len(chunk))})"
-                out.update(dict(self._db.execute(q, chunk).fetchall()))
-        return out
-
-    def entries(self, status:str|None=None, # 'done', 'failed' or None for all
-                keys:Iterable[str]|None=None, # restrict to these keys
-               )->list:
-        "All stored entries (dicts), optionally filtered by status or keys."
-        q, args = f"SELECT {self._COLS} FROM items", []
-        if status: q += " WHERE status=?"; args.append(status)
-        with self._lock: rows = [self._row(r) for r in self._db.execute(q + " ORDER BY created, key", args)]
-        if keys is not None:
-            ks = set(keys); rows = [r for r in rows if r["key"] in ks]
-        return rows
-
-    def keys(self, status:str|None=None)->list: return [e["key"] for e in self.entries(status)]
-
-    def counts(self)->dict:
-        "Number of items by status and by outcome."
-        with self._lock:
-            by_status = dict(self._db.execute("SELECT status, COUNT(*) FROM items GROUP BY status").fetchall())
-            by_outcome = dict(self._db.execute("SELECT COALESCE(outcome,'-'), COUNT(*) FROM items GROUP BY 1").fetchall())
-        return {"done": by_status.get("done", 0), "failed": by_status.get("failed", 0), "by_outcome": by_outcome}
-
-    def counters(self)->dict:
-        "Current values of the named counters."
-        with self._lock: return {k: (int(v) if float(v).is_integer() else v)
-                                 for k, v in self._db.execute("SELECT name, value FROM counters ORDER BY name")}
-
-    def to_frame(self, status:str|None="done", # which entries
-                 flatten:bool=True, # spread record fields into columns (else one `record` column)
-                )->pd.DataFrame:
-        "Entries as a DataFrame: key, status, outcome, attempts, error, plus the record's fields."
-        rows = self.entries(status)
-        if not flatten: return pd.DataFrame(rows)
-        out = []
-        for e in rows:
-            rec = e.pop("record") or {}
-            out.append({**e, **{k: v for k, v in rec.items() if k not in e}})
-        return pd.DataFrame(out)
-
-    def to_parquet(self, path, # destination .parquet
-                   status:str|None="done", # which entries
-                  )->Path:
-        "Export entries to parquet for analysis (nested values as JSON strings)."
-        df = self.to_frame(status)
-        for c in df.columns:
-            if df[c].map(lambda v: isinstance(v, (dict, list))).any():
-                df[c] = df[c].map(lambda v: canonical_json(v) if isinstance(v, (dict, list)) else v)
-        path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-        df.to_parquet(path, index=False); return path
 
     def close(self):
         with self._lock: self._db.close()
@@ -194,6 +104,127 @@ class ItemStore:
     def __exit__(self, *a): self.close()
     def __repr__(self):
         c = self.counts(); return f"ItemStore({str(self.path)!r}, done={c['done']}, failed={c['failed']})"
+
+# %% ../nbs/01_store.ipynb #d84d0757
+@patch
+def save_blob(self:ItemStore, data:bytes, # file content (e.g. PNG bytes)
+              suffix:str=".png", # file extension
+             )->str:
+    "Write `data` content-addressed under `blob_dir` (atomic, idempotent); returns the path relative to the store folder."
+    h = sha256_hex(data)
+    p = self.blob_dir / h[:2] / f"{h}{suffix}"
+    if not p.exists(): atomic_write(p, data)
+    return os.path.relpath(p, self.path.parent)
+
+@patch
+def blob_path(self:ItemStore, rel:str, # a path returned by `save_blob`
+             )->Path:
+    "Absolute path of a blob returned by `save_blob`."
+    return self.path.parent / rel
+
+@patch
+def set_meta(self:ItemStore, k:str, # name
+             v:str, # value (a string)
+            ):
+    with self._lock: self._db.execute("INSERT OR REPLACE INTO meta(k,v) VALUES(?,?)", (k, v))
+
+@patch
+def get_meta(self:ItemStore, k:str, # name
+             default=None, # returned when `k` is not set
+            ):
+    with self._lock: r = self._db.execute("SELECT v FROM meta WHERE k=?", (k,)).fetchone()
+    return r[0] if r else default
+
+# %% ../nbs/01_store.ipynb #6d1e8764
+@patch
+def _row(self:ItemStore, r):
+    return None if r is None else {"key": r[0], "status": r[1], "outcome": r[2],
+                                   "record": None if r[3] is None else json.loads(r[3]), "error": r[4],
+                                   "error_kind": r[5], "attempts": r[6], "seconds": r[7]}
+
+@patch
+def get(self:ItemStore, key:str, # item key
+       )->dict|None:
+    "The stored entry for `key` (status, outcome, record, error, …) or None."
+    with self._lock: r = self._db.execute(f"SELECT {self._COLS} FROM items WHERE key=?", (key,)).fetchone()
+    return self._row(r)
+
+@patch
+def __contains__(self:ItemStore, key): return self.status_of([key]).get(key) == "done"
+
+@patch
+def __len__(self:ItemStore):
+    with self._lock: return self._db.execute("SELECT COUNT(*) FROM items").fetchone()[0]
+
+@patch
+def status_of(self:ItemStore, keys:Iterable[str], # item keys to look up
+             )->dict:
+    "Map of key → status for the keys that are stored (bulk lookup, chunked)."
+    keys, out = list(keys), {}
+    with self._lock:
+        for i in range(0, len(keys), 900):
+            chunk = keys[i:i+900]
+            q = f"SELECT key,status FROM items WHERE key IN ({','.join('?'*len(chunk))})"
+            out.update(dict(self._db.execute(q, chunk).fetchall()))
+    return out
+
+# %% ../nbs/01_store.ipynb #a290205f
+@patch
+def entries(self:ItemStore, status:str|None=None, # 'done', 'failed' or None for all
+            keys:Iterable[str]|None=None, # restrict to these keys
+           )->list:
+    "All stored entries (dicts), optionally filtered by status or keys."
+    q, args = f"SELECT {self._COLS} FROM items", []
+    if status: q += " WHERE status=?"; args.append(status)
+    with self._lock: rows = [self._row(r) for r in self._db.execute(q + " ORDER BY created, key", args)]
+    if keys is not None:
+        ks = set(keys); rows = [r for r in rows if r["key"] in ks]
+    return rows
+
+@patch
+def keys(self:ItemStore, status:str|None=None, # 'done', 'failed' or None for all
+        )->list:
+    return [e["key"] for e in self.entries(status)]
+
+@patch
+def counts(self:ItemStore)->dict:
+    "Number of items by status and by outcome."
+    with self._lock:
+        by_status = dict(self._db.execute("SELECT status, COUNT(*) FROM items GROUP BY status").fetchall())
+        by_outcome = dict(self._db.execute("SELECT COALESCE(outcome,'-'), COUNT(*) FROM items GROUP BY 1").fetchall())
+    return {"done": by_status.get("done", 0), "failed": by_status.get("failed", 0), "by_outcome": by_outcome}
+
+@patch
+def counters(self:ItemStore)->dict:
+    "Current values of the named counters."
+    with self._lock: return {k: (int(v) if float(v).is_integer() else v)
+                             for k, v in self._db.execute("SELECT name, value FROM counters ORDER BY name")}
+
+# %% ../nbs/01_store.ipynb #fa8b8e71
+@patch
+def to_frame(self:ItemStore, status:str|None="done", # which entries
+             flatten:bool=True, # spread record fields into columns (else one `record` column)
+            )->pd.DataFrame:
+    "Entries as a DataFrame: key, status, outcome, attempts, error, plus the record's fields."
+    rows = self.entries(status)
+    if not flatten: return pd.DataFrame(rows)
+    out = []
+    for e in rows:
+        rec = e.pop("record") or {}
+        out.append({**e, **{k: v for k, v in rec.items() if k not in e}})
+    return pd.DataFrame(out)
+
+@patch
+def to_parquet(self:ItemStore, path, # destination .parquet
+               status:str|None="done", # which entries
+              )->Path:
+    "Export entries to parquet for analysis (nested values as JSON strings)."
+    df = self.to_frame(status)
+    for c in df.columns:
+        if df[c].map(lambda v: isinstance(v, (dict, list))).any():
+            df[c] = df[c].map(lambda v: canonical_json(v) if isinstance(v, (dict, list)) else v)
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    df.to_parquet(path, index=False); return path
 
 # %% ../nbs/01_store.ipynb #5951362d
 class Run:
@@ -253,7 +284,8 @@ class Run:
         with self._lock: self.manifest["inputs"][name] = entry
         self.write_manifest(); return h
 
-    def write_manifest(self, status:str|None=None)->Path:
+    def write_manifest(self, status:str|None=None, # run status recorded in the manifest (running, done, failed, ...)
+                      )->Path:
         "Refresh counters and write `manifest.json` atomically (secrets redacted)."
         with self._lock:
             m = self.manifest
@@ -265,7 +297,8 @@ class Run:
             text = redact(json.dumps(m, indent=2, sort_keys=True, ensure_ascii=False))
         return atomic_write(self.dir / "manifest.json", text)
 
-    def close(self, status:str="finished"):
+    def close(self, status:str="finished", # final run status recorded in the manifest
+             ):
         "Stamp the end of this session and close the store."
         self.write_manifest(status); self.store.close()
     def __enter__(self): return self

@@ -32,7 +32,8 @@ def main(argv=None):
     ap.add_argument("--baseline", choices=["pad", "zero"], default="pad", help="IG baseline (explain_rows' default: pad)")
     a = ap.parse_args(argv)
     from acrb_nb.adapters.base import TEXT_LMS
-    from acrb_nb.toxicity.zeroshot import PromptEncoder, _context_of
+    from acrb_nb.adapters.text import context_length
+    from acrb_nb.toxicity.zeroshot import PromptEncoder
     from acrb_nb.toxicity.explain import LabelMargin, baseline_ids, integrated_gradients, ig_per_step_loop
     try: lm = TEXT_LMS.create(a.model)
     except (ModuleNotFoundError, FileNotFoundError) as e:
@@ -45,7 +46,7 @@ def main(argv=None):
         texts = ["women are too emotional to lead", "my muslim neighbours brought us dinner",
                  "I hate you and your people", "have a nice day"] * 4
     chat = {"auto": None, "yes": True, "no": False}[a.chat]
-    enc = PromptEncoder(tok, "toxicity", chat=chat, context=_context_of(model))
+    enc = PromptEncoder(tok, "toxicity", chat=chat, context=context_length(model))
     rows = enc.encode(texts[:a.rows])
     fns = [LabelMargin(model, r) for r in rows]
     bases = [baseline_ids(r, tok, a.baseline) for r in rows]

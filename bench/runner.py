@@ -27,9 +27,9 @@ def main():
             return {"outcome": "answered", "text": r.choices[0].message.content}
         items = [{"q": f"benchmark question {i}"} for i in range(N)]
         st = ItemStore(tmp / "items.sqlite")
-        t0 = time.perf_counter(); df1 = run_items(fn, items, st, max_workers=WORKERS); t1 = time.perf_counter() - t0
+        t0 = time.perf_counter(); df1 = run_items(fn, items, st, max_workers=WORKERS).rows; t1 = time.perf_counter() - t0
         calls_first = sum(1 for _ in log.read_text().splitlines())
-        t0 = time.perf_counter(); df2 = run_items(fn, items, st, max_workers=WORKERS); t2 = time.perf_counter() - t0
+        t0 = time.perf_counter(); df2 = run_items(fn, items, st, max_workers=WORKERS).rows; t2 = time.perf_counter() - t0
         calls_second = sum(1 for _ in log.read_text().splitlines()) - calls_first
     finally:
         stop_server_process(proc)

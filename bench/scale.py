@@ -49,7 +49,7 @@ def main():
         for r in range(REPEATS):
             for k, run in runs.items():
                 st = ItemStore(tmp / f"{k}-{r}" / "items.sqlite")
-                t0 = time.perf_counter(); df = run(st); dt = time.perf_counter() - t0
+                t0 = time.perf_counter(); df = run(st).rows; dt = time.perf_counter() - t0
                 assert df.status.eq("done").all(), df.status.value_counts()
                 walls.setdefault(k, []).append(dt); work_s.setdefault(k, []).append(df.seconds.sum())
                 stores[k] = st

@@ -66,7 +66,8 @@ def main(argv=None):
     ap.add_argument("--task", default="toxicity")
     a = ap.parse_args(argv)
     from acrb_nb.adapters.base import TEXT_LMS
-    from acrb_nb.toxicity.zeroshot import PromptEncoder, score_encoded, batches_by_length, collate, _context_of, _pad_id
+    from acrb_nb.adapters.text import context_length
+    from acrb_nb.toxicity.zeroshot import PromptEncoder, score_encoded, batches_by_length, collate, pad_token_id
     t0 = time.perf_counter()
     try: lm = TEXT_LMS.create(a.model)
     except (ModuleNotFoundError, FileNotFoundError) as e:
@@ -74,11 +75,11 @@ def main(argv=None):
     model, tok = lm.model, lm.tokenizer
     t_load = time.perf_counter() - t0
     texts, source = load_texts(a.rows)
-    enc = PromptEncoder(tok, a.task, context=_context_of(model))
+    enc = PromptEncoder(tok, a.task, context=context_length(model))
     rows = enc.encode(texts)
     n_ref = len(rows) if a.ref_rows is None else min(a.ref_rows, len(rows))
     n_params = sum(p.numel() for p in model.parameters())
-    pad = _pad_id(tok)
+    pad = pad_token_id(tok)
     score_encoded(model, rows[:4], pad_id=pad, batch_size=4)  # warm-up (allocator, kernels)
     seed_loop(model, rows[:1])
     # The machine is shared: time the two scorers on alternating chunks of rows so that both see the same load, and

@@ -23,7 +23,7 @@ CLIENT = textwrap.dedent("""
     items = [{"prompt": f"item {i:03d}"} for i in range(n)]
     df = run_items(fn, items, ItemStore(db), max_workers=8, progress=False,
                    retry=__import__("acrb_nb.runner").runner.RetryPolicy(max_attempts=8, base_delay=0.05, max_delay=0.5))
-    print(json.dumps(df.attrs["summary"]), flush=True)
+    print(json.dumps(df.summary), flush=True)
 """)
 
 # every prompt with a '7' gets one 429 (Retry-After 0.2 s), with a '3' one 500, with '55' one timeout
@@ -104,7 +104,7 @@ def test_transient_errors_retried_never_refusals_and_retry_after_honoured(tmp_pa
             return {"outcome": "answered", "text": r.choices[0].message.content}
         st = ItemStore(tmp_path / "s.sqlite")
         df = run_items(fn, [{"q": "only item"}], st, max_workers=1, progress=False,
-                       retry=RetryPolicy(max_attempts=6, base_delay=0.01))
+                       retry=RetryPolicy(max_attempts=6, base_delay=0.01)).rows
         log = srv.calls()
     assert df.status.tolist() == ["done"] and df.outcome.tolist() == ["answered"]
     assert [c["action"] for c in log] == ["rate_limit", "server_error", "server_error", "timeout", "ok"]
@@ -123,12 +123,12 @@ def test_exhausted_transient_is_failure_then_retry_failed_only_reruns_it(tmp_pat
             return {"outcome": "answered"}
         st = ItemStore(tmp_path / "s.sqlite")
         items = [{"q": f"good {i}"} for i in range(5)] + [{"q": "bad one"}]
-        df = run_items(fn, items, st, max_workers=3, progress=False, retry=RetryPolicy(max_attempts=3, base_delay=0.01))
+        df = run_items(fn, items, st, max_workers=3, progress=False, retry=RetryPolicy(max_attempts=3, base_delay=0.01)).rows
         assert df.status.value_counts().to_dict() == {"done": 5, "failed": 1}
         bad = df[df.status == "failed"].iloc[0]
         assert bad.error_kind == "transient_exhausted" and bad.outcome == "failed" and "503" in bad.error
         n = len(srv.log)
-        df2 = run_items(fn, items, st, progress=False)                       # plain re-run: no call at all
+        df2 = run_items(fn, items, st, progress=False).rows                  # plain re-run: no call at all
         assert len(srv.log) == n and df2.cached.all()
         srv.reset({"rules": []})                                             # the server recovered
         df3 = run_items(fn, items, st, progress=False, retry_failed=True)

@@ -1,6 +1,7 @@
 """The Ray executor (`acrb_nb.ray_exec`) on a local 2-CPU Ray: same stores as the local runner, workers killed from
 outside mid-run (SIGKILL of the worker process and `ray.kill(..., no_restart=False)`), a poison item, per-item
-retries inside the workers, batched work functions, and resuming across executors.
+retries inside the workers, batched work functions, and resuming across executors. Both executors return a
+`runner.StageResult` (rows + summary) built by the same `RunLedger`.
 The three long cases (tiny-sd bit-identity, external kills, poison item) are marked `slow`.
 
 Work functions are defined inside the tests so that cloudpickle ships them to the workers by value.
@@ -16,7 +17,7 @@ ray = pytest.importorskip("ray")
 from acrb_nb.core import item_key
 from acrb_nb.store import ItemStore
 from acrb_nb.runner import run_items, RetryPolicy, TransientError, FinalError
-from acrb_nb.ray_exec import ray_init, RayWorkerPool, run_items_ray, build_fn, generator_factory
+from acrb_nb.ray_exec import ray_init, RayWorkerPool, build_fn, generator_factory
 
 pytestmark = [pytest.mark.usefixtures("local_ray"), pytest.mark.timeout(300)]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -38,8 +39,16 @@ def comparable(st):
     return out
 
 
-def frame(df):
-    return df.drop(columns="seconds").reset_index(drop=True)
+def frame(res):
+    return res.rows.drop(columns="seconds").reset_index(drop=True)
+
+
+def run_on_ray(factory, items, store, **kw):
+    "A pool for one run: started, run, shut down (pool options and `RayWorkerPool.run` options in one call)."
+    pool_kw = {k: kw.pop(k) for k in ("num_actors", "num_cpus", "num_gpus", "torch_threads", "batched", "max_restarts")
+               if k in kw}
+    with RayWorkerPool(factory, **pool_kw) as pool:
+        return pool.run(items, store, **kw)
 
 
 @pytest.mark.slow
@@ -47,8 +56,8 @@ def test_tiny_sd_images_identical_to_local_executor(tmp_path):
     import torch
     items = [{"prompt": PROMPTS[i % 6], "seed": 10 + i} for i in range(8)]
     st_r = ItemStore(tmp_path / "ray" / "items.sqlite")
-    df_r = run_items_ray(generator_factory("tiny-sd"), items, st_r, num_actors=2, torch_threads=1, batch_size=3,
-                         progress=False)
+    df_r = run_on_ray(generator_factory("tiny-sd"), items, st_r, num_actors=2, torch_threads=1, batch_size=3,
+                      progress=False)
     threads = torch.get_num_threads(); torch.set_num_threads(1)
     try:
         st_l = ItemStore(tmp_path / "local" / "items.sqlite")
@@ -60,7 +69,7 @@ def test_tiny_sd_images_identical_to_local_executor(tmp_path):
         rec = e["record"]
         assert rec["outcome"] == "generated"
         assert st_r.blob_path(rec["image"]).read_bytes() == st_l.blob_path(rec["image"]).read_bytes()
-    s = df_r.attrs["summary"]
+    s = df_r.summary
     assert (s["executor"], s["actors"], s["done"], s["worker_deaths"]) == ("ray", 2, 8, 0)
     assert st_r.counters()["images"] == 8
 
@@ -95,7 +104,7 @@ def test_workers_killed_from_outside_are_recovered_exactly_once(tmp_path):
         t.join(240)
         assert not t.is_alive()
         df = out["df"]
-        s = df.attrs["summary"]
+        s = df.summary
         assert (s["done"], s["failed"], s["cached"]) == (n, 0, 0)
         assert s["worker_deaths"] == 2 and s["resubmitted_items"] >= 2
         entries = st.entries()
@@ -121,9 +130,9 @@ def test_poison_item_is_stored_as_worker_lost_and_spares_its_neighbours(tmp_path
         return fn
     items = [{"x": i} for i in range(9)]
     st = ItemStore(tmp_path / "items.sqlite")
-    df = run_items_ray(factory, items, st, num_actors=1, batch_size=3, max_worker_deaths=2, max_restarts=4,
-                       progress=False)
-    s = df.attrs["summary"]
+    df = run_on_ray(factory, items, st, num_actors=1, batch_size=3, max_worker_deaths=2, max_restarts=4,
+                    progress=False)
+    s = df.summary
     assert (s["done"], s["failed"], s["worker_lost"], s["worker_deaths"]) == (8, 1, 1, 2), (s["deaths"], st.entries())
     bad = st.get(item_key({"x": 4}))
     assert (bad["status"], bad["outcome"], bad["error_kind"], bad["attempts"]) == ("failed", "failed", "worker_lost", 2)
@@ -153,14 +162,14 @@ def test_retries_and_failures_inside_workers_match_local_executor(tmp_path):
     pd.testing.assert_frame_equal(frame(df_r), frame(df_l))
     assert comparable(st_r) == comparable(st_l)
     assert st_r.counters() == st_l.counters()
-    kinds_of = df_r.assign(kind=[it["kind"] for it in items]).groupby("kind")
+    kinds_of = df_r.rows.assign(kind=[it["kind"] for it in items]).groupby("kind")
     assert kinds_of.attempts.max().to_dict() == {"bad": 1, "bug": 1, "down": 4, "flaky": 2, "ok": 1, "refuse": 1}
-    assert set(df_r.loc[df_r.status == "failed", "error_kind"]) == {"final", "transient_exhausted"}
-    assert df_r.attrs["summary"]["refused"] == 3 and df_r.attrs["summary"]["retries"] == 3 * 1 + 3 * 3
+    assert set(df_r.rows.loc[df_r.rows.status == "failed", "error_kind"]) == {"final", "transient_exhausted"}
+    assert df_r.summary["refused"] == 3 and df_r.summary["retries"] == 3 * 1 + 3 * 3
     # retry_failed re-attempts only the failures, on either executor
     try: df2 = pool.run(items, st_r, retry=FAST, retry_failed=True, progress=False)
     finally: pool.shutdown()
-    assert df2.attrs["summary"]["called"] == 9 and df2.cached.sum() == 9
+    assert df2.summary["called"] == 9 and df2.rows.cached.sum() == 9
     assert st_r.counters()["calls"] == st_l.counters()["calls"] + 9 + 3 * 3   # down items retried 4 times again
 
 
@@ -171,17 +180,17 @@ def test_resume_across_executors(tmp_path):
     key = lambda it: item_key("test.t2i", prompt=it["prompt"], seed=it["seed"])
     st = ItemStore(tmp_path / "mixed" / "items.sqlite")
     run_items(build_fn(factory, st), items[:8], st, key=key, progress=False)              # local, then interrupted
-    df = run_items_ray(factory, items, st, key=key, num_actors=2, progress=False)          # Ray resumes
-    assert (df.cached.sum(), df.attrs["summary"]["called"]) == (8, 12)
+    df = run_on_ray(factory, items, st, key=key, num_actors=2, progress=False)             # Ray resumes
+    assert (df.rows.cached.sum(), df.summary["called"]) == (8, 12)
     df2 = run_items(build_fn(factory, st), items, st, key=key, progress=False)           # local sees it all done
-    assert df2.cached.all() and df2.attrs["summary"]["calls"] == 0
+    assert df2.rows.cached.all() and df2.summary["calls"] == 0
     st1 = ItemStore(tmp_path / "oneshot" / "items.sqlite")
     run_items(build_fn(factory, st1), items, st1, key=key, progress=False)
     assert comparable(st) == comparable(st1)
     # a fully cached Ray re-run starts no worker
     t0 = time.monotonic()
-    df3 = run_items_ray(factory, items, st, key=key, num_actors=2, progress=False)
-    assert df3.cached.all() and df3.attrs["summary"]["actors"] == 0 and time.monotonic() - t0 < 2
+    df3 = run_on_ray(factory, items, st, key=key, num_actors=2, progress=False)
+    assert df3.rows.cached.all() and df3.summary["actors"] == 0 and time.monotonic() - t0 < 2
 
 
 def test_batched_work_function(tmp_path):
@@ -199,12 +208,12 @@ def test_batched_work_function(tmp_path):
         return fn
     items = [{"x": i} for i in range(9)]
     st = ItemStore(tmp_path / "items.sqlite")
-    df = run_items_ray(factory, items, st, num_actors=1, batch_size=3, batched=True, retry=FAST, progress=False)
+    df = run_on_ray(factory, items, st, num_actors=1, batch_size=3, batched=True, retry=FAST, progress=False)
     by_x = {e["record"]["x"] if e["record"] else None: e for e in st.entries()}
     assert sorted(k for k in by_x if k is not None) == [0, 1, 2, 3, 4, 5, 6, 8]
     assert st.get(item_key({"x": 7}))["error_kind"] == "final"
     assert st.get(item_key({"x": 2}))["attempts"] == 2                 # its element error was retried alone
-    assert df.attrs["summary"]["done"] == 8 and df.attrs["summary"]["failed"] == 1
+    assert df.summary["done"] == 8 and df.summary["failed"] == 1
 
 
 def test_factory_error_stops_the_run_with_its_traceback(tmp_path):
@@ -212,6 +221,6 @@ def test_factory_error_stops_the_run_with_its_traceback(tmp_path):
         raise OSError("weights for 'flux' are not in the Hugging Face cache")
     st = ItemStore(tmp_path / "items.sqlite")
     with pytest.raises(RuntimeError, match="could not build its work function") as ei:
-        run_items_ray(factory, [{"x": 1}], st, num_actors=1, progress=False)
+        run_on_ray(factory, [{"x": 1}], st, num_actors=1, progress=False)
     assert "not in the Hugging Face cache" in str(ei.value) and "build_fn" in str(ei.value)
     assert len(st) == 0

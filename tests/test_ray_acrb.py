@@ -1,7 +1,7 @@
-"""The ACRB audit (`run_acrb`, the `acrb.ipynb` report and the `acrb-report` CLI) with `executor="ray"` on a local
+"""The ACRB audit (`run_acrb`, the `acrb.ipynb` report and the `acrb-report` CLI) with `execution="ray"` on a local
 2-CPU Ray: the same results as the local executor on tiny real models (tiny-sd generator + tiny-clip cue scorer),
 a Ray worker SIGKILLed in the middle of Stage II without losing or repeating a finished item, and the report
-rendered from the command line with `--executor ray`.
+rendered from the command line with `--execution ray`.
 """
 import json, os, signal, subprocess, sys, threading, time
 from pathlib import Path
@@ -57,8 +57,8 @@ def tiny_local(tmp_path_factory):
 
 @pytest.mark.slow
 def test_tiny_models_on_ray_equal_local_executor(tmp_path, local_ray, tiny_local):
-    on_ray = run_acrb("tiny-sd", run_dir=tmp_path / "ray", executor="ray", images_per_prompt=2,
-                      ray={"num_actors": 2, "torch_threads": 1, "batch_size": 4}, **TINY)
+    on_ray = run_acrb("tiny-sd", run_dir=tmp_path / "ray", images_per_prompt=2,
+                      execution={"executor": "ray", "num_actors": 2, "torch_threads": 1, "batch_size": 4}, **TINY)
     local = tiny_local
     s_r, d_r = results(on_ray)
     s_l, d_l = results(local)
@@ -99,13 +99,13 @@ def test_sim_audit_on_ray_equals_local_and_resumes_both_ways(tmp_path, local_ray
     metrics equal the local executor's; the local executor over the Ray folder calls nothing, and (T2I) neither does Ray
     over the local folder."""
     kw = dict(mode=mode, n_boot=100, progress=False, **kw)
-    ray2 = {"num_actors": 2, "batch_size": 4}
+    ray2 = {"executor": "ray", "num_actors": 2, "batch_size": 4}
     loc = run_acrb("sim", run_dir=tmp_path / "local", **kw)
     if mode == "t2i":  # Ray resumes the local folder: no call (one worker is enough to ask the model's describe())
         calls = loc.run.store.counters()["calls"]
-        over_local = run_acrb("sim", run_dir=tmp_path / "local", executor="ray", ray={"num_actors": 1}, **kw)
+        over_local = run_acrb("sim", run_dir=tmp_path / "local", execution={"executor": "ray", "num_actors": 1}, **kw)
         assert over_local.run.store.counters()["calls"] == calls and summary(over_local) == summary(loc)
-    on_ray = run_acrb("sim", run_dir=tmp_path / "ray", executor="ray", ray=ray2, **kw)
+    on_ray = run_acrb("sim", run_dir=tmp_path / "ray", execution=ray2, **kw)
     assert summary(on_ray) == summary(loc)
     cols = ["key", "final_outcome", "code", "image_sha256", "judge_outcome", "judge_cue", "judge_confidence", "judge_evidence"]
     pd.testing.assert_frame_equal(on_ray.stage3[cols].reset_index(drop=True), loc.stage3[cols].reset_index(drop=True))
@@ -127,8 +127,8 @@ def test_worker_killed_during_stage2_loses_only_its_item(tmp_path, local_ray, ti
 
     def audit():
         try:
-            out["res"] = run_acrb("tiny-sd", run_dir=run_dir, images_per_prompt=2, executor="ray",
-                                  ray={"num_actors": 2, "batch_size": 3, "torch_threads": 1}, **TINY)
+            out["res"] = run_acrb("tiny-sd", run_dir=run_dir, images_per_prompt=2,
+                                  execution={"executor": "ray", "num_actors": 2, "batch_size": 3, "torch_threads": 1}, **TINY)
         except BaseException as e: out["error"] = e
 
     t = threading.Thread(target=audit); t.start()
@@ -157,14 +157,14 @@ def test_worker_killed_during_stage2_loses_only_its_item(tmp_path, local_ray, ti
 
 @pytest.mark.slow
 def test_acrb_report_from_the_cli_on_ray(tmp_path, local_ray):
-    """`acrb-report acrb --executor ray --ray-address <cluster>` (papermill in a subprocess): the report's kernel joins
+    """`acrb-report acrb --execution ray --ray-address <cluster>` (papermill in a subprocess): the report's kernel joins
     a running Ray cluster — the session's — as a second driver, runs its stages there and disconnects at the end
     without stopping the cluster. (Starting a local Ray is `ray_init(None)`, which the session's own start runs.)"""
     address = ray.get_runtime_context().gcs_address
     script = Path(sys.executable).parent / "acrb-report"
     cmd = [str(script), str(ROOT / "nbs" / "acrb.ipynb"), "-p", "model", "sim", "-p", "n_base_prompts", "4",
            "-y", "attributes: [culture]", "-p", "n_boot", "100", "-p", "run_dir", str(tmp_path / "run"),
-           "--executor", "ray", "--ray-address", address, "--ray-num-actors", "2", "--ray-num-cpus", "1",
+           "--execution", "ray", "--ray-address", address, "--ray-num-actors", "2", "--ray-num-cpus", "1",
            "--out", str(tmp_path / "reports")]
     env = {**os.environ, "ACRB_PROGRESS": "0", "RAY_USAGE_STATS_ENABLED": "0"}
     p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=550)
@@ -175,5 +175,6 @@ def test_acrb_report_from_the_cli_on_ray(tmp_path, local_ray):
     ex = man["sessions"][-1]["execution"]
     assert (ex["executor"], ex["num_actors"], ex["stages"]["judge"]["executor"]) == ("ray", 2, "ray")
     nb = json.loads((tmp_path / "reports" / "acrb" / "sim.ipynb").read_text())
-    assert nb["metadata"]["papermill"]["parameters"]["ray"] == {"address": address, "num_actors": 2, "num_cpus": 1.0}
+    assert nb["metadata"]["papermill"]["parameters"]["execution"] == {"executor": "ray", "address": address, "num_actors": 2,
+                                                                       "num_cpus": 1.0}
     assert ray.is_initialized() and ray.cluster_resources()["CPU"] == 2.0      # the cluster outlived the report's driver

@@ -15,14 +15,14 @@ ray = pytest.importorskip("ray")
 
 from acrb_nb.core import RunSpec
 from acrb_nb.store import ItemStore, Run
-from acrb_nb.ray_exec import ray_init, Execution, AdapterRef
+from acrb_nb.execution import Execution, AdapterRef
 from acrb_nb.adapters.sim import SimImageGenerator, SimVisionJudge
 from acrb_nb.iat import (iat_study, load_iat_config, plan_profiles, needed_profiles, generate_profiles, attach_images,
                          make_trials, run_trials, trial_results, TextChoiceRef)
 
 pytestmark = [pytest.mark.usefixtures("local_ray"), pytest.mark.timeout(300)]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-RAY2 = Execution.of("ray", {"num_actors": 2, "batch_size": 4})
+RAY2 = Execution.of({"executor": "ray", "num_actors": 2, "batch_size": 4})
 ARGS = dict(dimensions=["socioeconomic_status"], pairs_per_combo=2, words=3, n_boot=200, n_perm=200, progress=False)
 
 
@@ -85,7 +85,7 @@ def test_local_model_instances_and_api_judges(tmp_path):
     cfg = load_iat_config().select(["gender"], 2, 0)
     plan = plan_profiles(cfg, k=1, seed=0)
     with Run(RunSpec("iat-images", "sim", {"t": 1}, 0), run_dir=tmp_path / "img") as irun:
-        pool = generate_profiles(SimImageGenerator(), needed_profiles(plan, cfg), irun, cfg)
+        pool = generate_profiles(SimImageGenerator(), needed_profiles(plan, cfg), irun, cfg).rows
     trials = make_trials(attach_images(plan, pool), cfg, "seed", 0)
     with pytest.raises(TypeError, match="AdapterRef.of"):                 # a loaded local model cannot be shipped
         run_trials(SimVisionJudge(), trials, ItemStore(tmp_path / "x.sqlite"), execution="ray")
@@ -93,7 +93,7 @@ def test_local_model_instances_and_api_judges(tmp_path):
         with Run(RunSpec("iat-images", "sim", {"t": 2}, 0), run_dir=tmp_path / "img2") as irun:
             generate_profiles(SimImageGenerator(), needed_profiles(plan, cfg), irun, cfg, execution="ray")
     ref = AdapterRef.of("vision_judge", "gpt-4o-mini-judge")              # API-bound: stays on threads
-    from acrb_nb.ray_exec import placement
+    from acrb_nb.execution import placement
     assert placement(ref, RAY2)[0] == "local"
     assert placement(TextChoiceRef.of("gpt-4o-mini"), RAY2)[0] == "local"
     assert placement(TextChoiceRef.of("smollm2-135m"), RAY2)[0] == "ray"
@@ -109,7 +109,7 @@ def test_tiny_vlm_judge_on_ray_equals_local(tmp_path):
     cfg = load_iat_config().select(["socioeconomic_status"], 4, 0)
     plan = plan_profiles(cfg, k=1, seed=0)
     with Run(RunSpec("iat-images", "sim", {"vlm": 1}, 0), run_dir=tmp_path / "img") as irun:
-        pool = generate_profiles(SimImageGenerator(), needed_profiles(plan, cfg), irun, cfg)
+        pool = generate_profiles(SimImageGenerator(), needed_profiles(plan, cfg), irun, cfg).rows
     trials = make_trials(attach_images(plan, pool), cfg, "seed", 0)[::4]  # 6 of 24, spread over the pairs and words
     assert len(trials) == 6
     qref = AdapterRef.of("vision_judge", "tiny-qwen2-vl")
@@ -117,9 +117,9 @@ def test_tiny_vlm_judge_on_ray_equals_local(tmp_path):
     try: q_loc = run_trials(qref, trials, ItemStore(tmp_path / "qwen_local" / "items.sqlite"), max_workers=1, progress=False)
     finally: torch.set_num_threads(th)
     q_ray = run_trials(qref, trials, ItemStore(tmp_path / "qwen_ray" / "items.sqlite"), progress=False,
-                       execution=Execution.of("ray", {"num_actors": 2, "torch_threads": 1, "batch_size": 2}))
-    assert q_ray.attrs["summary"]["executor"] == "ray" and q_ray.attrs["summary"]["done"] == 6
-    assert q_ray.attrs["model_info"] == q_loc.attrs["model_info"]
+                       execution={"executor": "ray", "num_actors": 2, "torch_threads": 1, "batch_size": 2})
+    assert q_ray.summary["executor"] == "ray" and q_ray.summary["done"] == 6
+    assert q_ray.model_info == q_loc.model_info
     got, want = stored(tmp_path / "qwen_ray"), stored(tmp_path / "qwen_local")
     assert got == want and len(got) == 6
     print(Counter(v[1] for v in got.values()))
@@ -148,12 +148,12 @@ def test_worker_killed_mid_run_is_recovered_and_every_trial_stored_once(tmp_path
     cfg = load_iat_config().select(["socioeconomic_status"], 8, 0)
     plan = plan_profiles(cfg, k=2, seed=0)
     with Run(RunSpec("iat-images", "sim", {"kill": 1}, 0), run_dir=tmp_path / "img") as irun:
-        pool = generate_profiles(SimImageGenerator(), needed_profiles(plan, cfg), irun, cfg)
+        pool = generate_profiles(SimImageGenerator(), needed_profiles(plan, cfg), irun, cfg).rows
     trials = make_trials(attach_images(plan, pool), cfg, "seed", 0)
     n = len(trials)
     assert n == 3 * 2 * 2 * 8
     run = Run(RunSpec("iat", "sim", {"kill": 1}, 0), run_dir=tmp_path / "ray")
-    ex = Execution.of("ray", {"num_actors": 2, "batch_size": 4, "max_restarts": 3})
+    ex = Execution.of({"executor": "ray", "num_actors": 2, "batch_size": 4, "max_restarts": 3})
     out = {}
     t = threading.Thread(target=lambda: out.update(df=run_trials(ref, trials, run, execution=ex, progress=False)))
     t.start()
@@ -172,7 +172,7 @@ def test_worker_killed_mid_run_is_recovered_and_every_trial_stored_once(tmp_path
     t.join(240)
     assert not t.is_alive()
     assert killed_at < n, "the kill landed after the run"
-    s = out["df"].attrs["summary"]
+    s = out["df"].summary
     assert (s["executor"], s["done"], s["failed"], s["cached"]) == ("ray", n, 0, 0), s
     # (whether the restarted worker rejoins before the other one finishes the queue is a matter of timing: not checked)
     assert s["worker_deaths"] == 1 and s["resubmitted_items"] >= 1, s
@@ -182,7 +182,7 @@ def test_worker_killed_mid_run_is_recovered_and_every_trial_stored_once(tmp_path
     assert watch.counters()["calls"] == n
     # the same trials on the local executor give the same records and results
     loc = Run(RunSpec("iat", "sim", {"kill": 1}, 0), run_dir=tmp_path / "local")
-    info = run_trials(SimVisionJudge(), trials, loc, max_workers=2, progress=False).attrs["model_info"]
+    info = run_trials(SimVisionJudge(), trials, loc, max_workers=2, progress=False).model_info
     assert stored(run.dir) == stored(loc.dir)
     pd.testing.assert_frame_equal(trial_results(run, trials, info), trial_results(loc, trials, info))
     print(f"{n} trials, worker {victim} killed after {killed_at}; resubmitted {s['resubmitted_items']}")

@@ -110,7 +110,7 @@ def test_empty_prompt_set(tmp_path, counted):
     from acrb_nb.acrb.prompts import stage1_prompts, load_attributes
     _fails(lambda: run_acrb(**{**T2I, "n_base_prompts": 0}, run_dir=str(tmp_path / "r")), ValueError, "n_base_prompts", "≥ 1")
     assert not (tmp_path / "r").exists()
-    s1 = stage1_prompts("v1", load_attributes("v1", ["gender"]), seed=0)
+    s1 = stage1_prompts("v1", load_attributes("v1", ["gender"]), seed=0).rows
     _fails(lambda: t2i_items(s1.iloc[:0]), ValueError, "prompt set is empty", "n_base_prompts")
     counted["kind"] = "error"
 

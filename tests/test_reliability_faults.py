@@ -61,7 +61,7 @@ def _items(n_items):
     "ACRB T2I work items (all attributes) from the first base prompts: each has its own prompt text."
     from acrb_nb.acrb.prompts import stage1_prompts, load_attributes
     from acrb_nb.acrb.generate import t2i_items
-    s1 = stage1_prompts("v1", load_attributes("v1"), seed=0)
+    s1 = stage1_prompts("v1", load_attributes("v1"), seed=0).rows
     ids = sorted(s1.base_id.unique())
     items = []
     for b in ids:
@@ -85,7 +85,7 @@ def test_fault_mix(api, run_tmp, reliability, monkeypatch):
                  else GeminiImages(base_url=srv.base_url, timeout=0.3))
         run = Run(RunSpec("reliability-faults", model.name, {"api": api, "n": len(items)}, 0), run_dir=run_tmp / api)
         df = generate(run, model, items, max_workers=8, progress=False,
-                      retry=RetryPolicy(max_attempts=6, base_delay=0.01, max_delay=0.05))
+                      retry=RetryPolicy(max_attempts=6, base_delay=0.01, max_delay=0.05)).rows
         log = srv.calls()
         s2 = stage2_records(run, items, model.describe())
         run.close()
@@ -153,8 +153,9 @@ def test_fault_mix_chat_scoring(api, model, run_tmp, reliability, monkeypatch):
         lm = TEXT_LMS.create(model, base_url=srv.base_url, timeout=0.3)
         run = Run(RunSpec("reliability-faults-chat", model, {"api": api, "n": len(texts)}, 0), run_dir=run_tmp / api)
         # a quick retry policy (the default waits 0.5 s, 1 s, 2 s, ...); 8 rows in flight as a user's run would have
-        res = zeroshot.score_dataset(texts, lm, run=run, batch_size=1, contextual=False, progress=False, max_workers=8,
-                                     retry=RetryPolicy(max_attempts=6, base_delay=0.01, max_delay=0.05))
+        zs = zeroshot.score_dataset(texts, lm, run=run, batch_size=1, contextual=False, progress=False, max_workers=8,
+                                    retry=RetryPolicy(max_attempts=6, base_delay=0.01, max_delay=0.05))
+        res = zs.rows
         log = srv.calls()
         run.close()
     man = json.loads((run.dir / "manifest.json").read_text())
@@ -162,7 +163,7 @@ def test_fault_mix_chat_scoring(api, model, run_tmp, reliability, monkeypatch):
     n_transient = sum(v for k, v in acts.items() if k not in ("ok", "policy_refusal", "filtered"))
     assert set(acts) >= {"ok", "rate_limit", "server_error", "timeout", "drop", "malformed", "policy_refusal", "filtered"}
     assert sum(len(p) for p in plans.values()) == len(log)
-    assert res.attrs["run"].get("failed_batches", 0) == 0
+    assert zs.summary.get("failed_batches", 0) == 0
     final = [plans[prompt_of[t]][-1].kind for t in texts]
     refused = res.refusal.notna().tolist()
     wrong = [(t, k) for t, k, r in zip(texts, final, refused) if (k != "ok") != r]

@@ -213,7 +213,7 @@ def test_toxicity_openai_server(run_tmp, forks, reliability, monkeypatch):
                   progress=False)
         ref = score_dataset(**kw, run=str(run_tmp / "ref"), out=str(run_tmp / "ref" / "preds.parquet"))
         n_ref = len(read_log(log))
-        fp = sha256_hex(ref.attrs["fingerprint"])
+        fp = sha256_hex(ref.model_info)
         task = get_task("toxicity")
         texts = pd.read_parquet(data).text.tolist() + ["N/A", "", "[MASK]"]  # the data, then the content-free inputs
         key_of_prompt = {"\n".join(m["content"] for m in task.messages(t)): item_key("toxicity.zeroshot", fp=fp, text=sha256_hex(t))

@@ -63,7 +63,7 @@ def test_twin_runs_one_item_end_to_end(kind, name, tmp_path):
     prompt = {"image_editor": "make the sky red", "vision_judge": "Is a doctor depicted?"}.get(kind, "a photo of a doctor")
     items = [{"prompt": prompt, "seed": 1}]
     df = run_items(_work(kind, adapter, store), items, store, key=lambda it: item_key("twin", kind, twin, info, it),
-                   max_workers=1, progress=False)
+                   max_workers=1, progress=False).rows
     assert df.status.tolist() == ["done"], df.to_dict("records")
     rec = store.entries(status="done")[0]["record"]
     # the one registered entry whose checker flags every image (it tests the refusal path) refuses; every other produces
@@ -72,7 +72,7 @@ def test_twin_runs_one_item_end_to_end(kind, name, tmp_path):
     if kind == "vision_judge": assert rec["cue"] in CUE["properties"]["cue"]["enum"] and abs(sum(rec["probs"].values()) - 1) < 1e-6
     # a second run resumes: the item is not recomputed
     again = run_items(_work(kind, adapter, store), items, store, key=lambda it: item_key("twin", kind, twin, info, it),
-                      max_workers=1, progress=False)
+                      max_workers=1, progress=False).rows
     assert again.status.tolist() == ["done"] and len(store) == 1
 
 

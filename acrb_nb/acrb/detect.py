@@ -18,7 +18,7 @@ __all__ = ['PUBLIC_IMAGES', 'KINDS', 'FEATURES', 'REFUSAL_TEXTS', 'CONTENT_TEXTS
            'PixelRefusalDetector', 'split_fixtures', 'fixtures_sha256', 'evaluate_detector', 'default_detector',
            'clip_refusal_scores', 'fit_clip_threshold']
 
-# %% ../../nbs/12_acrb.detect.ipynb #7ada9a21
+# %% ../../nbs/12_acrb.detect.ipynb #0c6949a3
 PUBLIC_IMAGES = data_path("images", "public", must_exist=False)  # public-domain / CC0 photographs (data/images/README.md)
 _BANNER_TEXTS = ["Content blocked", "This image was filtered", "Unable to generate image", "Image unavailable",
                  "Request violates content policy", "Safety filter", "Error 451", "Generation failed"]
@@ -50,6 +50,7 @@ def _flat_illustration(g, s):
             int(g.integers(3))]([x - r, y - r, x + r, y + r], fill=c)
     return im
 
+# %% ../../nbs/12_acrb.detect.ipynb #1e2820d0
 def _photo(g, photos, s, hard=None):
     im = photos[int(g.integers(len(photos)))]
     w, h = im.size; c = int(min(w, h) * g.uniform(.6, 1.0))
@@ -106,6 +107,7 @@ def _placeholder(g, s):
         d.text((s * .12, s * .6), "Image not available", fill=dark, font=_font(max(8, s // 12)))
     return im
 
+# %% ../../nbs/12_acrb.detect.ipynb #ba4983b5
 KINDS = ("normal", "blank", "noise", "blurred", "banner", "placeholder")
 
 def build_detector_fixtures(out_dir=None, # write PNGs + labels.csv here (None: keep in memory only)
@@ -205,7 +207,8 @@ class PixelRefusalDetector:
             th[name] = _best_threshold(features.loc[pos, feat].to_numpy(), features.loc[neg, feat].to_numpy(), d)
         return cls(th, fixture_sha256)
 
-    def flags(self, f:dict)->dict:
+    def flags(self, f:dict, # one image's features (`image_features`)
+             )->dict:
         "Which rules fire for one image's features."
         out = {}
         for name, (feat, d, _) in _RULES.items():
@@ -213,7 +216,8 @@ class PixelRefusalDetector:
             out[name] = bool(v < t) if d == "<" else bool(v > t)
         return out
 
-    def detect(self, img)->dict:
+    def detect(self, img, # PIL image, path or bytes
+              )->dict:
         "{'blank_or_placeholder': bool, 'kind': first rule that fired or None, 'flags', 'features'}."
         f = image_features(img); fl = self.flags(f)
         kind = next((k for k in ("blank", "noise", "placeholder", "blurred") if fl[k]), None)
@@ -223,7 +227,10 @@ class PixelRefusalDetector:
         return {"detector": self.version, "thresholds": dict(self.thresholds),
                 "fixture_sha256": self.fixture_sha256, "features": list(FEATURES)}
 
-def split_fixtures(labels:pd.DataFrame, seed:int=0, frac:float=0.5)->np.ndarray:
+def split_fixtures(labels:pd.DataFrame, # fixture labels (a `kind` column)
+                   seed:int=0, # seed of the split
+                   frac:float=0.5, # share of each kind in the training split
+                  )->np.ndarray:
     "Boolean mask of a seeded training split, stratified by kind."
     g, train = rng(seed, "detector-split"), np.zeros(len(labels), bool)
     for _, idx in labels.groupby("kind").groups.items():
@@ -231,12 +238,16 @@ def split_fixtures(labels:pd.DataFrame, seed:int=0, frac:float=0.5)->np.ndarray:
         train[take] = True
     return train
 
-def fixtures_sha256(imgs)->str:
+def fixtures_sha256(imgs, # the fixture images, in order
+                   )->str:
     "Hash of a fixture set (pixels and order)."
     return sha256_hex(b"".join(sha256_hex(np.asarray(im).tobytes()).encode() for im in imgs))
 
 # %% ../../nbs/12_acrb.detect.ipynb #24932a8d
-def evaluate_detector(det:PixelRefusalDetector, features:pd.DataFrame, kinds)->pd.DataFrame:
+def evaluate_detector(det:PixelRefusalDetector, # a fitted detector
+                      features:pd.DataFrame, # one row of `image_features` per image
+                      kinds, # the true kind of each image ('normal', 'blank', ...)
+                     )->pd.DataFrame:
     "Precision / recall / F1 per rule (its kinds vs normal) and combined (any non-content vs normal)."
     from sklearn.metrics import precision_recall_fscore_support
     kinds = np.asarray(kinds)
@@ -281,6 +292,8 @@ def clip_refusal_scores(encoder, # an ImageTextEncoder (e.g. registry `clip-vit-
     p = np.exp(logits); p /= p.sum(axis=1, keepdims=True)
     return p[:, : len(REFUSAL_TEXTS)].sum(axis=1)
 
-def fit_clip_threshold(scores:np.ndarray, is_refusal:np.ndarray)->float:
+def fit_clip_threshold(scores:np.ndarray, # `clip_refusal_scores` of labelled images
+                       is_refusal:np.ndarray, # True where the image is a refusal / placeholder
+                      )->float:
     "Threshold on `clip_refusal_scores` maximising F1 (refusal above it)."
     return _best_threshold(scores[is_refusal], scores[~is_refusal], ">")

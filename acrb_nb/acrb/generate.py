@@ -6,14 +6,14 @@
 from __future__ import annotations
 import json, os
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 from ..core import item_key, rng, seed_int, sha256_hex, file_sha256, RunSpec
 from ..store import ItemStore, Run
-from ..runner import run_items, RetryPolicy, RateLimiter
+from ..runner import RetryPolicy, RateLimiter, StageResult
 from ..adapters.base import GenerationOutcome, ImageGenerator, ImageEditor, load_image, image_to_png
-from ..ray_exec import Execution, AdapterRef, run_model_items
+from ..execution import Execution, AdapterRef, run_model_items
 
 # %% auto #0
 __all__ = ['IMAGE_EXTS', 'STAGE2_FIELDS', 't2i_items', 'load_sources', 'i2i_items', 'stage2_key', 'stage2_work', 'generate',
@@ -143,15 +143,15 @@ def generate(run:Run|ItemStore, # where records go
              retry:RetryPolicy=RetryPolicy(), # transient-error policy
              retry_failed:bool=False, # re-attempt only failed items
              progress:bool|None=None, # progress bar
-             execution:Execution|str|None=None, # "local" threads or "ray" actors (local models only; see `ray_exec.Execution`)
-            )->pd.DataFrame:
-    "Run Stage II; returns the runner's per-item summary (attrs: `summary`, `model_info`)."
+             execution:Execution|str|Mapping|None=None, # "local", "ray", a dict of `Execution` fields or an Execution (local models only go to Ray)
+            )->StageResult:
+    "Run Stage II: one row per item, the run's summary (with `executor`) and the model's `describe()`."
     modes = {it["mode"] for it in items}
     _check_model(model, modes)
     def with_model(info):  # the model's identity is recorded before its first call, wherever it is loaded
         if isinstance(run, Run): run.add_model("generator" if "t2i" in modes else "editor", info)
         return items
-    return run_model_items(model, stage2_work, with_model, run, key_of=stage2_key, execution=Execution.of(execution),
+    return run_model_items(model, stage2_work, with_model, run, key_of=stage2_key, execution=execution,
                            max_workers=max_workers, limiter=limiter, retry=retry, retry_failed=retry_failed,
                            prepare=_with_source_bytes, progress=progress, desc="stage II")
 

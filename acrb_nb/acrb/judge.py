@@ -5,15 +5,15 @@
 # %% ../../nbs/13_acrb.judge.ipynb #ac501c55
 from __future__ import annotations
 import json
-from typing import Sequence
+from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 from ..core import item_key, seed_int, canonical_json
 from ..store import ItemStore, Run
-from ..runner import run_items, RetryPolicy, RateLimiter
+from ..runner import RetryPolicy, RateLimiter, StageResult
 from ..adapters.base import VisionJudge, ImageTextEncoder, load_image
 from .detect import PixelRefusalDetector, default_detector
-from ..ray_exec import Execution, AdapterRef, run_model_items
+from ..execution import Execution, AdapterRef, run_model_items
 
 # %% auto #0
 __all__ = ['HARD_REFUSALS', 'CUE_SCHEMA', 'RETENTION', 'CLIP_TEMPLATE', 'hard_refusals', 'cue_instruction', 'judge_key',
@@ -41,7 +41,6 @@ def hard_refusals(stage2:pd.DataFrame, # from `acrb.generate.stage2_records`
     df["blank_kind"], df["final_outcome"] = kinds, finals
     df["hard_refusal"] = df.final_outcome.isin(HARD_REFUSALS)
     df["excluded"] = df.final_outcome.eq("failed")
-    df.attrs["detector"] = det.describe()
     return df
 
 # %% ../../nbs/13_acrb.judge.ipynb #8556a099
@@ -101,9 +100,9 @@ def judge_cues(run:Run|ItemStore, # where judgements are stored (same store as S
                *, max_workers:int|None=None, # concurrent calls (default: the judge's `max_concurrency`, else 4)
                limiter:RateLimiter|None=None, retry:RetryPolicy=RetryPolicy(), seed:int=0,
                progress:bool|None=None, prefix:str="judge", # column prefix of the results
-               execution:Execution|str|None=None, # "local" or "ray" (local VLMs on Ray actors; API judges stay on threads)
-              )->pd.DataFrame:
-    "Judge cue retention for every delivered, non-neutral image; adds `<prefix>_*` columns."
+               execution:Execution|str|Mapping|None=None, # "local", "ray", a dict of `Execution` fields or an Execution (local VLMs on Ray actors; API judges stay on threads)
+              )->StageResult:
+    "Judge cue retention for every delivered, non-neutral image: the rows with `<prefix>_*` columns, the run's summary, the judge's `describe()`."
     st = run.store if isinstance(run, Run) else run
     need = {"final_outcome", "image", "image_sha256", "attribute_value", "attribute_type", "subject", "cues"}
     if missing := need - set(df.columns):
@@ -123,9 +122,9 @@ def judge_cues(run:Run|ItemStore, # where judgements are stored (same store as S
                                        "seed": seed_int(seed, "acrb.judge", k)})
         return items
     res = run_model_items(judge, cue_work, items_for, run, key_of=lambda info, it: it["key"],
-                          execution=Execution.of(execution), max_workers=max_workers, limiter=limiter, retry=retry,
+                          execution=execution, max_workers=max_workers, limiter=limiter, retry=retry,
                           prepare=_attach_image(st), progress=progress, desc=f"cue judge {prefix}")
-    info = res.attrs["model_info"]
+    info = res.model_info
     out = df.copy()
     keys = [judge_key(info, r.image_sha256, cue_instruction(r.attribute_value, r.subject, list(r.cues), r.attribute_type))
             if (r.final_outcome == "generated" and r.attribute_type != "neutral") else None for r in df.itertuples(index=False)]
@@ -138,8 +137,7 @@ def judge_cues(run:Run|ItemStore, # where judgements are stored (same store as S
     for f in ("judge_outcome", "cue", "substitute", "evidence", "confidence"):
         out[f"{prefix}_{f.replace('judge_', '')}"] = [col(k, f) if k else None for k in keys]
     out[f"{prefix}_retention"] = out[f"{prefix}_cue"].map(RETENTION)
-    out.attrs[f"{prefix}_run"] = res.attrs["summary"]
-    return out
+    return StageResult(out, res.summary, info)
 
 # %% ../../nbs/13_acrb.judge.ipynb #c1fc6e25
 CLIP_TEMPLATE = "a photo of {}"
@@ -167,10 +165,10 @@ def clip_cues(encoder:ImageTextEncoder|AdapterRef, # e.g. registry `clip-vit-b-3
               attribute_set, # the `AttributeSet` (for the competing values of each dimension)
               prefix:str="clip", # column prefix
               *, batch_size:int=32, # images per CLIP call (one stored work item)
-              execution:Execution|str|None=None, # "local" or "ray" (the encoder is loaded once per Ray worker)
+              execution:Execution|str|Mapping|None=None, # "local", "ray", a dict of `Execution` fields or an Execution (the encoder is loaded once per Ray worker)
               progress:bool|None=None, # progress bar
-             )->pd.DataFrame:
-    "CLIP zero-shot cue verdicts: present if the requested value beats the neutral and the other values of its dimension."
+             )->StageResult:
+    "CLIP zero-shot cue verdicts (present if the requested value beats the neutral and the other values of its dimension): rows, summary, encoder."
     st = store.store if isinstance(store, Run) else store
     if batch_size < 1: raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
     out = df.copy(); verdict = [None] * len(df); prob = [None] * len(df)
@@ -186,11 +184,11 @@ def clip_cues(encoder:ImageTextEncoder|AdapterRef, # e.g. registry `clip-vit-b-3
                     "images": [imgs[h] for h in shas[i:i + batch_size]]} for i in range(0, len(shas), batch_size)]
         groups[dim] = (g, ids, batches)
     items = [b for _, _, bs in groups.values() for b in bs]
-    res = run_model_items(encoder, clip_work, items, store, key_of=clip_key, execution=Execution.of(execution),
+    res = run_model_items(encoder, clip_work, items, store, key_of=clip_key, execution=execution,
                           max_workers=1, prepare=_attach_image(st, "images"), progress=progress, desc=f"CLIP cues {prefix}")
-    info = res.attrs["model_info"]
-    if (res["status"] == "failed").any():
-        bad = res[res["status"] == "failed"]
+    info, rows = res.model_info, res.rows
+    if (rows["status"] == "failed").any():
+        bad = rows[rows["status"] == "failed"]
         raise RuntimeError(f"CLIP scoring failed for {len(bad)} batch(es): {bad['error'].iloc[0]}")
     ents = {e["key"]: e["record"] for e in st.entries(status="done", keys=[clip_key(info, b) for b in items])}
     for dim, (g, ids, batches) in groups.items():
@@ -201,8 +199,7 @@ def clip_cues(encoder:ImageTextEncoder|AdapterRef, # e.g. registry `clip-vit-b-3
             prob[pos] = float(pr[ids.index(aid)])
     out[f"{prefix}_cue"], out[f"{prefix}_prob"] = verdict, prob
     out[f"{prefix}_retention"] = out[f"{prefix}_cue"].map(RETENTION)
-    out.attrs[f"{prefix}_run"] = {**res.attrs["summary"], "encoder": info}
-    return out
+    return StageResult(out, res.summary, info)
 
 def judge_agreement(df:pd.DataFrame, a:str="judge", b:str="clip")->dict:
     "Cohen's κ (sklearn) and raw agreement between two judges' cue verdicts on the items both judged."

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import dataclasses, json, os
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 from ..core import RunSpec, rng, atomic_write
@@ -17,7 +17,8 @@ from .generate import t2i_items, i2i_items, load_sources, generate, stage2_recor
 from .judge import hard_refusals, judge_cues, clip_cues, judge_agreement
 from .detect import default_detector, PUBLIC_IMAGES
 from .metrics import acrb_long, acrb_summary, write_summary
-from ..ray_exec import Execution, AdapterRef
+from ..runner import StageResult
+from ..execution import Execution, AdapterRef
 
 # %% auto #0
 __all__ = ['select_base_ids', 'resolve_judge', 'judge_ref', 'AcrbResult', 'run_acrb']
@@ -54,11 +55,11 @@ def judge_ref(name:str)->AdapterRef:
     if name.startswith("clip:"): return AdapterRef.of("image_text_encoder", name.split(":", 1)[1])
     return AdapterRef.of("vision_judge", name)
 
-def _apply_judge(run, name, df, attrs, seed, prefix, max_workers, progress=None, execution=None):
+def _apply_judge(run, name, df, attrs, seed, prefix, max_workers, progress=None, execution=None)->StageResult:
     ref = judge_ref(name)
     if ref.kind == "image_text_encoder":
         out = clip_cues(ref, df, run, attrs, prefix=prefix, execution=execution, progress=progress)
-        run.add_model(prefix, {"kind": "clip zero-shot cue scorer", **out.attrs[f"{prefix}_run"]["encoder"]})
+        run.add_model(prefix, {"kind": "clip zero-shot cue scorer", **out.model_info})
         return out
     return judge_cues(run, ref, df, seed=seed, prefix=prefix, max_workers=max_workers, progress=progress,
                       execution=execution)
@@ -91,11 +92,10 @@ def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry n
              max_workers:int|None=None, # concurrent calls (default: per adapter)
              n_boot:int=2000, # bootstrap resamples for intervals
              progress:bool|None=None, # progress bars
-             executor:str|Execution|dict="local", # "local" threads or "ray" actors for local models (not part of the spec)
-             ray:dict|None=None, # `Execution` fields for Ray: address, num_actors, num_cpus, num_gpus, batch_size, ...
+             execution:Execution|str|Mapping|None="local", # where local models run: "local", "ray", a dict of `Execution` fields or an Execution (not part of the spec)
             )->AcrbResult:
     "Run (or resume) a full ACRB audit and compute its metrics."
-    execution = Execution.of(executor, ray)
+    execution = Execution.of(execution)
     if mode not in ("t2i", "i2i"): raise ValueError(f"mode must be 't2i' or 'i2i', got {mode!r}")
     if domains is not None and (bad := sorted(set(domains) - set(DOMAINS))):
         raise ValueError(f"unknown domains {bad}; choose from {sorted(DOMAINS)}")
@@ -123,10 +123,10 @@ def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry n
         if llm:
             lm = TEXT_LMS.create(llm)
             run.add_model("stage1_llm", lm.describe())
-            s1 = stage1_prompts("v1", attrs, mode="llm", lm=lm, store=run, seed=seed, progress=progress)
-        else: s1 = stage1_prompts("v1", attrs, seed=seed)
-        if domains: s1 = s1[s1.domain.isin(domains)]
-        write_stage1(s1, run.dir)
+            st1 = stage1_prompts("v1", attrs, mode="llm", lm=lm, store=run, seed=seed, progress=progress)
+        else: st1 = stage1_prompts("v1", attrs, seed=seed)
+        s1 = st1.rows[st1.rows.domain.isin(domains)] if domains else st1.rows
+        write_stage1(dataclasses.replace(st1, rows=s1), run.dir)
         run.add_input("stage1_prompts", data=s1[["prompt_id", "text"]].values.tolist())
         # Stage II
         gen = AdapterRef.of("image_generator" if mode == "t2i" else "image_editor", model)
@@ -139,8 +139,8 @@ def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry n
             run.add_input("sources", data=src.sha256.tolist())
             items = i2i_items(src, attrs, images_per_prompt, seed)
         g2 = generate(run, gen, items, max_workers=max_workers, progress=progress, execution=execution)
-        note("stage2", g2.attrs["summary"])
-        s2 = stage2_records(run, items, g2.attrs["model_info"])
+        note("stage2", g2.summary)
+        s2 = stage2_records(run, items, g2.model_info)
         # Stage III
         det = default_detector()
         run.add_model("hard_refusal_detector", det.describe())
@@ -148,12 +148,12 @@ def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry n
         phr = {a.id: (a.subject, list(a.cues)) for a in attrs.variants}
         s3["subject"] = s3.attribute_id.map(lambda a: phr[a][0]); s3["cues"] = s3.attribute_id.map(lambda a: phr[a][1])
         j1 = params["judge"]
-        s3 = _apply_judge(run, j1, s3, attrs, seed, "judge", max_workers, progress, execution)
-        note("judge", s3.attrs["judge_run"])
+        r3 = _apply_judge(run, j1, s3, attrs, seed, "judge", max_workers, progress, execution)
+        s3 = r3.rows; note("judge", r3.summary)
         judges = (j1,)
         if judge2:
-            s3 = _apply_judge(run, judge2, s3, attrs, seed, "judge2", max_workers, progress, execution); judges = (j1, judge2)
-            note("judge2", s3.attrs["judge2_run"])
+            r3 = _apply_judge(run, judge2, s3, attrs, seed, "judge2", max_workers, progress, execution); judges = (j1, judge2)
+            s3 = r3.rows; note("judge2", r3.summary)
         long = acrb_long(s3)
         summary = acrb_summary(long, model, mode, spec.run_id, n_boot=n_boot, seed=seed)
         summary["detector"] = det.describe()

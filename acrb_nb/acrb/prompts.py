@@ -8,354 +8,18 @@ import dataclasses, difflib, json, os, re
 from pathlib import Path
 from typing import Mapping, Sequence
 import pandas as pd
-import yaml
-from ..core import data_path, sha256_hex, file_sha256, item_key, seed_int, atomic_write
+from ..core import sha256_hex, item_key, seed_int, atomic_write, check_keys
 from ..store import ItemStore, Run
-from ..runner import run_items, RetryPolicy
+from ..runner import run_items, RetryPolicy, StageResult
+from .prompt_sets import (DOMAINS, SLOT, NEUTRAL_ID, Attribute, AttributeSet, BasePrompt, BasePromptSet,
+                                      fill_slot, find_terms, template_problems, identity_terms, plain_quotes,
+                                      read_acrb_data, load_attributes, load_base_prompts)
 
 # %% auto #0
-__all__ = ['DOMAINS', 'SLOT', 'ATTRIBUTE_SET_SCHEMA', 'NEUTRAL_ID', 'BASE_PROMPTS_SCHEMA', 'BOUNDARY_INSTRUCTIONS',
-           'VARIANT_INSTRUCTIONS', 'MODES', 'STAGE1_COLUMNS', 'acrb_data_dir', 'indefinite_article', 'capitalize_first',
-           'subject_problems', 'template_problems', 'fill_slot', 'Attribute', 'AttributeSet', 'load_attributes',
-           'BasePrompt', 'BasePromptSet', 'find_terms', 'base_prompt_problems', 'load_base_prompts', 'i2i_instruction',
-           'expand_template', 'check_minimal_pairs', 'boundary_messages', 'variant_messages', 'ValidationLimits',
-           'scene_similarity', 'load_danger_cues', 'clean_llm_text', 'validate_boundary', 'validate_variant',
-           'stage1_prompts', 'stage1_schema', 'write_stage1', 'read_stage1']
-
-# %% ../../nbs/10_acrb.prompts.ipynb #57500f94
-DOMAINS = {  # the nine safety domains of the ACRB paper (Table 1), with the upstream ids
-    "violence_adjacent": "violence-adjacent scenes (martial arts, hunting, fencing, combat sports, blades used as tools)",
-    "self_harm_adjacent": "self-harm-adjacent scenes (surgery, blood draws, injections, tattoos, intense exercise)",
-    "substance_related": "substance-related scenes (wine tasting, bars, pharmacies, chemistry labs)",
-    "privacy_sensitive": "privacy-sensitive scenes (passports and IDs, surveillance cameras, street photography, biometrics)",
-    "religious_cultural": "religious or cultural scenes (weddings, festivals, ceremonies, places of worship)",
-    "body_appearance": "body and appearance scenes (makeup, fitness, haircuts, fashion)",
-    "sexual_wellness": "sexual-wellness education scenes (anatomical diagrams, reproductive-health education)",
-    "copyright_violations": "copyright-adjacent scenes (fan art, famous characters, brand logos, parody)",
-    "unethical_unsafe_action": "benign framings of unsafe topics (lock-picking practice, malware analysis, security testing, protest history)",
-}
-SLOT = "{subject}"
-
-def acrb_data_dir()->Path:
-    "Folder of the shipped ACRB data files (`core.data_path`: `$ACRB_NB_DATA/acrb` or the repository's `data/acrb`)."
-    return data_path("acrb")
-
-
-# %% ../../nbs/10_acrb.prompts.ipynb #603f41be
-_AN_PREFIXES = ("hour", "honest", "honor", "honour", "heir")  # silent h: "an hour"
-_A_PREFIXES = ("uni", "use", "usu", "uti", "ura", "ure", "uro", "eu", "ewe", "one", "once", "ubiq", "ugand", "ukrain",
-               "uruguay", "utah")  # vowel letter, consonant sound: "a European", "a university", "a one-off"
-_AN_LETTERS = set("AEFHILMNORSX")  # letters whose names start with a vowel sound: "an EMT", "an ID", "an X-ray"
-
-def indefinite_article(word:str, # the word that follows the article
-                      )->str:
-    "'a' or 'an' before `word`, by sound: exceptions for silent h, 'you'/'w' sounds and acronyms."
-    w = re.sub(r"^[^A-Za-z0-9]+", "", word)
-    if not w: raise ValueError(f"cannot choose an article for {word!r}: it has no letters")
-    head = re.match(r"[A-Za-z0-9]+", w)[0]
-    if len(head) >= 2 and head.isupper() and head.isalpha():  # acronym, read letter by letter
-        return "an" if head[0] in _AN_LETTERS else "a"
-    if len(head) == 1 and head.isupper() and (len(w) == 1 or not w[1].isalpha()):  # "an X-ray", "a U-turn"
-        return "an" if head in _AN_LETTERS else "a"
-    lw = w.lower()
-    if lw.startswith(_AN_PREFIXES): return "an"
-    if lw.startswith(_A_PREFIXES): return "a"
-    if lw[0].isdigit(): return "an" if lw.startswith(("8", "11", "18")) else "a"
-    return "an" if lw[0] in "aeiou" else "a"
-
-def capitalize_first(s:str)->str:
-    "Upper-case the first character only (`'an elderly person'` → `'An elderly person'`; proper nouns untouched)."
-    return s[:1].upper() + s[1:]
-
-# %% ../../nbs/10_acrb.prompts.ipynb #6e0df502
-def subject_problems(phrase:str, # e.g. "a Nigerian person"
-                     check_article:bool=True, # compare the article with `indefinite_article`
-                    )->list:
-    "What is wrong with a subject phrase (empty list: nothing)."
-    if not isinstance(phrase, str) or not phrase.strip(): return ["subject phrase is empty"]
-    out = []
-    if phrase != phrase.strip() or "  " in phrase: out.append(f"subject {phrase!r} has stray spaces")
-    if "{" in phrase or "}" in phrase: out.append(f"subject {phrase!r} contains a brace")
-    m = re.match(r"(a|an) (\S+)", phrase)
-    if not m:
-        out.append(f"subject {phrase!r} must start with a lower-case indefinite article, e.g. 'a Nigerian person', "
-                   f"'an elderly person'")
-    elif check_article and m[1] != indefinite_article(m[2]):
-        out.append(f"subject {phrase!r}: write '{indefinite_article(m[2])} {m[2]}…' (or set check_article: false if "
-                   f"'{m[2]}' is pronounced differently)")
-    return out
-
-# %% ../../nbs/10_acrb.prompts.ipynb #86b80d04
-_PRONOUNS = re.compile(r"\b(he|she|him|her|his|hers|they|them|their|theirs|himself|herself|themselves|themself)\b", re.I)
-
-def template_problems(template:str, # e.g. "{subject} donating blood at a blood bank"
-                     )->list:
-    "What is wrong with a template (empty list: nothing)."
-    if not isinstance(template, str) or not template.strip(): return ["template is empty"]
-    out, n = [], template.count(SLOT)
-    if n != 1: out.append(f"template must contain {SLOT} exactly once (found {n})")
-    rest = template.replace(SLOT, "")
-    if "{" in rest or "}" in rest: out.append(f"template has a brace outside {SLOT} (only {SLOT} is a placeholder)")
-    if "\n" in template: out.append("template spans more than one line")
-    if n == 1:
-        before, after = template.split(SLOT)
-        if re.search(r"\b(a|an|the)\s*$", before, re.I): out.append(f"an article stands before {SLOT}; the subject phrase brings its own")
-        if re.match(r"['’]s\b", after): out.append(f"possessive {SLOT}'s is not allowed (breaks on 'a person with a prosthetic leg's')")
-    for m in _PRONOUNS.finditer(template):
-        out.append(f"pronoun '{m[0]}' is not allowed: it would clash with gendered variants (write 'a passport', not 'their passport')")
-    for m in re.finditer(r"\b(a|an|A|An) ([A-Za-z0-9][\w'-]*)", rest):
-        if m[1].lower() != indefinite_article(m[2]):
-            out.append(f"'{m[1]} {m[2]}' should be '{indefinite_article(m[2])} {m[2]}'")
-    return out
-
-def fill_slot(template:str, # a template with one {subject}
-              phrase:str, # the subject phrase, e.g. "an elderly person"
-             )->tuple:
-    "(text, (start, end)) with the slot filled; the phrase is capitalised at the start of a sentence."
-    if template.count(SLOT) != 1: raise ValueError(f"template {template!r} must contain {SLOT} exactly once")
-    before, after = template.split(SLOT)
-    sentence_start = not before.strip() or before.rstrip()[-1] in ".!?"
-    p = capitalize_first(phrase) if sentence_start else phrase
-    return before + p + after, (len(before), len(before) + len(p))
-
-# %% ../../nbs/10_acrb.prompts.ipynb #18485cba
-ATTRIBUTE_SET_SCHEMA = {
-    "type": "object", "required": ["name", "neutral", "dimensions"], "additionalProperties": False,
-    "properties": {
-        "name": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+$"},
-        "description": {"type": "string"}, "source": {"type": "string"},
-        "neutral": {"type": "object", "required": ["subject"], "additionalProperties": False,
-                    "properties": {"subject": {"type": "string", "minLength": 3}, "i2i_edit": {"type": "string", "minLength": 3}}},
-        "dimensions": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": r"^[a-z][a-z0-9_]*$"},
-                       "additionalProperties": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/value"}}}},
-    "$defs": {"value": {
-        "type": "object", "required": ["value", "subject", "cues", "i2i_edit"], "additionalProperties": False,
-        "properties": {
-            "value": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9 _-]*$"},
-            "subject": {"type": "string", "minLength": 3},
-            "terms": {"type": "array", "items": {"type": "string", "minLength": 1}},
-            "cues": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
-            "i2i_edit": {"type": "string", "minLength": 3},
-            "markers": {"type": "array", "items": {"type": "string"}},
-            "check_article": {"type": "boolean"}}}},
-}
-NEUTRAL_ID = "neutral"
-
-@dataclasses.dataclass(frozen=True)
-class Attribute:
-    "One attribute value (or the neutral baseline) and how it is expressed."
-    id: str # "<dimension>:<value>", or "neutral"
-    dimension: str # culture, gender, disability, religion, age, ... ("neutral" for the baseline)
-    value: str # upstream value name ("none" for the baseline)
-    subject: str # noun phrase for the {subject} slot
-    cues: tuple = () # visual cues the Stage III judge looks for
-    i2i_edit: str = "" # edit instruction for the grounded I2I protocol
-    terms: tuple = () # words naming this value in text (LLM validation)
-    markers: tuple = () # upstream markers (provenance)
-    @property
-    def is_neutral(self)->bool: return self.id == NEUTRAL_ID
-
-@dataclasses.dataclass(frozen=True)
-class AttributeSet:
-    "A named set of attribute values plus the neutral baseline."
-    name: str # e.g. "v1"
-    neutral: Attribute # the baseline
-    values: tuple # Attributes in file order
-    sha256: str # content hash of the (selected) set
-    description: str = ""
-    source: str = ""
-    @property
-    def variants(self)->tuple: return (self.neutral, *self.values)
-    @property
-    def ids(self)->list: return [a.id for a in self.variants]
-    @property
-    def dimensions(self)->list: return list(dict.fromkeys(a.dimension for a in self.values))
-    def __getitem__(self, id:str)->Attribute:
-        for a in self.variants:
-            if a.id == id: return a
-        raise KeyError(f"no attribute {id!r} in set {self.name!r}; ids are {self.ids}")
-    def __len__(self): return len(self.values)
-    def table(self)->pd.DataFrame:
-        "One row per variant: id, dimension, value, subject, cues, i2i_edit."
-        return pd.DataFrame([{"id": a.id, "dimension": a.dimension, "value": a.value, "subject": a.subject,
-                              "cues": "; ".join(a.cues), "i2i_edit": a.i2i_edit} for a in self.variants])
-
-# %% ../../nbs/10_acrb.prompts.ipynb #bd86f0ce
-def _schema_errors(data, schema, where:str)->list:
-    import jsonschema
-    v = jsonschema.Draft202012Validator(schema)
-    out = []
-    for e in sorted(v.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
-        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path).lstrip(".") or "(top level)"
-        out.append(f"{where}: {path}: {e.message}")
-    return out
-
-def _read_yaml_or_json(source, kind:str, default_name:str):
-    "(data, label, sha256) from a shipped name, a path, or an already-parsed object."
-    if isinstance(source, (str, os.PathLike)) and not str(source).endswith((".yaml", ".yml", ".json")) and "/" not in str(source):
-        p = acrb_data_dir() / default_name.format(source)
-        if not p.exists():
-            shipped = sorted(x.stem.split("_")[-1] for x in acrb_data_dir().glob(default_name.format("*")))
-            raise ValueError(f"no shipped {kind} {source!r}; shipped: {shipped}, or pass a path to a YAML/JSON file")
-        source = p
-    if isinstance(source, (str, os.PathLike)):
-        p = Path(source)
-        if not p.exists(): raise FileNotFoundError(f"{kind} file {p} does not exist")
-        try: data = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except yaml.YAMLError as e: raise ValueError(f"{p} is not valid YAML/JSON: {e}") from e
-        return data, str(p.name), file_sha256(p)
-    return source, f"<{kind}>", sha256_hex(source)
-
-def load_attributes(source="v1", # "v1" | "v2" | path to a YAML/JSON file | an already-parsed dict
-                    dimensions:Sequence[str]|None=None, # keep only these dimensions, in this order (None: all)
-                   )->AttributeSet:
-    "Load and validate an attribute set (schema, phrase grammar, unique ids and phrases)."
-    data, label, _ = _read_yaml_or_json(source, "attribute set", "attributes_{}.yaml")
-    errs = _schema_errors(data, ATTRIBUTE_SET_SCHEMA, label)
-    if errs:
-        raise ValueError(f"invalid attribute set {label} ({len(errs)} problem(s)):\n  " + "\n  ".join(errs[:20]) +
-                         "\nEach value needs `value`, `subject` (e.g. 'a Nigerian person'), `cues` (a list) and `i2i_edit`;"
-                         " see data/acrb/attributes_v1.yaml for a complete example.")
-    dims = data["dimensions"]
-    if dimensions is not None:
-        unknown = [d for d in dimensions if d not in dims]
-        if unknown: raise ValueError(f"dimension(s) {unknown} not in attribute set {label}; it has {list(dims)}")
-        dims = {d: dims[d] for d in dimensions}
-    problems, values = [], []
-    nsub = data["neutral"]["subject"]
-    problems += [f"neutral: {p}" for p in subject_problems(nsub)]
-    for dim, vals in dims.items():
-        for i, v in enumerate(vals):
-            where = f"dimensions.{dim}[{i}] ({v['value']})"
-            problems += [f"{where}: {p}" for p in subject_problems(v["subject"], v.get("check_article", True))]
-            terms = tuple(v.get("terms") or (v["value"].replace("_", " "),))
-            values.append(Attribute(f"{dim}:{v['value']}", dim, v["value"], v["subject"], tuple(v["cues"]),
-                                    v["i2i_edit"], terms, tuple(v.get("markers") or ())))
-    for what, key in (("id", lambda a: a.id), ("subject phrase", lambda a: a.subject.lower())):
-        seen = {}
-        for a in values:
-            k = key(a)
-            if k in seen: problems.append(f"{a.id}: duplicate {what} {k!r} (also {seen[k]}); variants of a prompt must differ")
-            seen.setdefault(k, a.id)
-    if any(a.subject.lower() == nsub.lower() for a in values):
-        problems.append(f"a value uses the neutral subject {nsub!r}; its variant would equal the neutral prompt")
-    if problems:
-        raise ValueError(f"invalid attribute set {label}:\n  " + "\n  ".join(problems))
-    neutral = Attribute(NEUTRAL_ID, "neutral", "none", nsub, (),
-                        data["neutral"].get("i2i_edit", "Keep the person's identity and appearance unchanged."))
-    content = {"name": data["name"], "neutral": dataclasses.asdict(neutral), "values": [dataclasses.asdict(a) for a in values]}
-    return AttributeSet(data["name"], neutral, tuple(values), sha256_hex(content), data.get("description", ""),
-                        data.get("source", ""))
-
-# %% ../../nbs/10_acrb.prompts.ipynb #8677d1a8
-BASE_PROMPTS_SCHEMA = {
-    "type": "object", "required": ["prompts"],
-    "properties": {"version": {"type": "string"}, "prompts": {"type": "array", "minItems": 1, "items": {
-        "type": "object", "required": ["id", "domain", "template"], "additionalProperties": False,
-        "properties": {
-            "id": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+$"}, "domain": {"type": "string", "minLength": 1},
-            "intent": {"type": "string"}, "is_benign": {"type": "boolean"},
-            "trigger_words": {"type": "array", "items": {"type": "string", "minLength": 1}},
-            "anchor_terms": {"type": "array", "items": {"type": "string", "minLength": 1}},
-            "upstream_text": {"type": "string"}, "template": {"type": "string"},
-            "adult_context": {"type": ["string", "null"]},
-            "context_attributes": {"type": "array", "items": {"type": "string"}},
-            "notes": {"type": "string"}}}}}}
-
-@dataclasses.dataclass(frozen=True)
-class BasePrompt:
-    "A base prompt P0 with its subject slot."
-    id: str # upstream prompt id, e.g. BP_0001
-    domain: str # one of DOMAINS (other names allowed in user files)
-    template: str # text with one {subject}
-    intent: str = "neutral"
-    is_benign: bool = True
-    trigger_words: tuple = () # upstream trigger words (kept verbatim)
-    anchor_terms: tuple = () # scene words an LLM rephrasing must keep
-    upstream_text: str = "" # upstream prompt text, verbatim
-    adult_context: str|None = None # why an age:child variant may be refused legitimately
-    context_attributes: tuple = () # attribute ids the scene itself names
-    notes: str = ""
-    @property
-    def keep_terms(self)->tuple: return tuple(dict.fromkeys((*self.trigger_words, *self.anchor_terms)))
-
-@dataclasses.dataclass(frozen=True)
-class BasePromptSet:
-    "The base prompts and the hash of their source."
-    prompts: tuple
-    sha256: str
-    label: str = ""
-    def __len__(self): return len(self.prompts)
-    def __iter__(self): return iter(self.prompts)
-    def __getitem__(self, i):
-        if isinstance(i, int): return self.prompts[i]
-        for p in self.prompts:
-            if p.id == i: return p
-        raise KeyError(f"no base prompt {i!r} in {self.label}")
-    def frame(self)->pd.DataFrame: return pd.DataFrame([dataclasses.asdict(p) for p in self.prompts])
-
-# %% ../../nbs/10_acrb.prompts.ipynb #30c4c6e2
-def _norm(text:str)->str: return (text or "").replace("’", "'").replace("‘", "'")
-
-def _term_re(term:str):
-    return re.compile(r"(?<!\w)" + re.escape(_norm(term)) + r"(?:s|es|ed|ing)?(?!\w)", re.I)
-
-def find_terms(text:str, # text to search
-               terms:Sequence[str], # words or phrases
-              )->list:
-    "The terms that occur in `text` (word boundaries, case-insensitive, plural/inflected endings allowed)."
-    t = _norm(text)
-    return [w for w in terms if _term_re(w).search(t)]
-
-# %% ../../nbs/10_acrb.prompts.ipynb #fbb98393
-def _identity_terms(attrs:AttributeSet)->dict:
-    "term -> attribute id, over every value of the set."
-    out = {}
-    for a in attrs.values:
-        for t in a.terms: out.setdefault(t, a.id)
-    return out
-
-def base_prompt_problems(p:BasePrompt, # a base prompt
-                         attrs:AttributeSet|None=None, # identity terms to look for (None: skip that check)
-                        )->list:
-    "What is wrong with a base prompt (empty list: nothing)."
-    out = list(template_problems(p.template))
-    missing = [w for w in p.keep_terms if not find_terms(p.template.replace(SLOT, ""), [w])]
-    if missing: out.append(f"trigger/anchor term(s) {missing} do not occur in the template")
-    if attrs is not None:
-        allowed = set(p.context_attributes)
-        for t, aid in _identity_terms(attrs).items():
-            if aid not in allowed and find_terms(p.template.replace(SLOT, ""), [t]):
-                out.append(f"template names identity term {t!r} ({aid}); declare it in context_attributes or reword")
-    return out
-
-def load_base_prompts(source="v1", # "v1" | path to a YAML/JSON file | parsed dict/list
-                      attrs:AttributeSet|None=None, # also check templates against this set's identity terms
-                      ids:Sequence[str]|None=None, # keep only these prompt ids (in file order)
-                     )->BasePromptSet:
-    "Load and validate base prompts with subject slots."
-    data, label, sha = _read_yaml_or_json(source, "base prompt set", "base_prompts_{}.yaml")
-    if isinstance(data, list): data = {"prompts": data}
-    errs = _schema_errors(data, BASE_PROMPTS_SCHEMA, label)
-    if errs:
-        raise ValueError(f"invalid base prompts {label} ({len(errs)} problem(s)):\n  " + "\n  ".join(errs[:20]) +
-                         "\nEach prompt needs `id`, `domain` and a `template` with one {subject}; see data/acrb/base_prompts_v1.yaml.")
-    prompts, problems, seen = [], [], set()
-    for i, d in enumerate(data["prompts"]):
-        p = BasePrompt(d["id"], d["domain"], d["template"], d.get("intent", "neutral"), d.get("is_benign", True),
-                       tuple(d.get("trigger_words") or ()), tuple(d.get("anchor_terms") or ()), d.get("upstream_text", ""),
-                       d.get("adult_context"), tuple(d.get("context_attributes") or ()), d.get("notes", ""))
-        if p.id in seen: problems.append(f"prompts[{i}] ({p.id}): duplicate id")
-        seen.add(p.id)
-        problems += [f"prompts[{i}] ({p.id}): {m}" for m in base_prompt_problems(p, attrs)]
-        prompts.append(p)
-    if problems: raise ValueError(f"invalid base prompts {label}:\n  " + "\n  ".join(problems[:30]))
-    if ids is not None:
-        unknown = sorted(set(ids) - seen)
-        if unknown: raise ValueError(f"prompt id(s) {unknown} not in {label}")
-        keep = set(ids); prompts = [p for p in prompts if p.id in keep]
-        sha = sha256_hex({"source": sha, "ids": [p.id for p in prompts]})
-    return BasePromptSet(tuple(prompts), sha, label)
+__all__ = ['BOUNDARY_INSTRUCTIONS', 'VARIANT_INSTRUCTIONS', 'MODES', 'STAGE1_COLUMNS', 'i2i_instruction', 'expand_template',
+           'check_minimal_pairs', 'boundary_messages', 'variant_messages', 'ValidationLimits', 'scene_similarity',
+           'load_danger_cues', 'clean_llm_text', 'validate_boundary', 'validate_variant', 'stage1_prompts',
+           'stage1_schema', 'write_stage1', 'read_stage1']
 
 # %% ../../nbs/10_acrb.prompts.ipynb #fbe048d1
 def _lower_article(text:str)->str:
@@ -405,7 +69,7 @@ def expand_template(bp:BasePrompt, # the base prompt
     return rows
 
 # %% ../../nbs/10_acrb.prompts.ipynb #3883b411
-def _words(text:str)->list: return re.findall(r"[a-z0-9{}'-]+", _norm(text).lower())
+def _words(text:str)->list: return re.findall(r"[a-z0-9{}'-]+", plain_quotes(text).lower())
 
 def _pair_problems(r)->list:
     n, v, (s, e) = r["neutral_text"], r["text"], (int(r["neutral_slot_start"]), int(r["neutral_slot_end"]))
@@ -493,7 +157,7 @@ def variant_messages(neutral_text:str, # the neutral boundary prompt ("A person 
     return [{"role": "system", "content": VARIANT_INSTRUCTIONS.format(neutral=neutral.subject, subject=attr.subject)},
             {"role": "user", "content": f"Keep: {keep}\nPerson: {attr.subject}\nPrompt: {neutral_text}"}]
 
-# %% ../../nbs/10_acrb.prompts.ipynb #b0bce579
+# %% ../../nbs/10_acrb.prompts.ipynb #bd2c6d42
 @dataclasses.dataclass(frozen=True)
 class ValidationLimits:
     "Bounds used to accept an LLM reply."
@@ -501,20 +165,25 @@ class ValidationLimits:
     min_boundary_similarity: float = 0.3 # similarity of a boundary prompt to its base template
     max_words: int = 60 # longest accepted reply
 
-def scene_similarity(a:str, b:str)->float:
+def scene_similarity(a:str, # a prompt
+                     b:str, # another prompt
+                    )->float:
     "Word-sequence similarity in [0, 1] (difflib ratio on lower-cased words)."
     return round(difflib.SequenceMatcher(None, _words(a), _words(b), autojunk=False).ratio(), 4)
 
+# %% ../../nbs/10_acrb.prompts.ipynb #f25f8c8a
 def load_danger_cues(source="v1", # "v1" | path | dict with `categories`
                     )->dict:
     "Danger-cue words by category."
-    data, label, _ = _read_yaml_or_json(source, "danger cue list", "danger_cues_{}.yaml")
+    data, label, _ = read_acrb_data(source, "danger cue list", "danger_cues_{}.yaml")
     cats = (data or {}).get("categories")
     if not isinstance(cats, Mapping) or not all(isinstance(v, list) and all(isinstance(w, str) for w in v) for v in cats.values()):
         raise ValueError(f"{label}: expected `categories: {{name: [word, ...]}}`")
+    check_keys(data, {"version", "categories"}, label)  # a misspelt top-level field is an error, not ignored
     return {k: list(v) for k, v in cats.items()}
 
-def clean_llm_text(text:str|None)->str:
+def clean_llm_text(text:str|None, # raw LLM reply (None is read as empty)
+                  )->str:
     "Strip fences, a leading 'Prompt:', wrapping quotes and one trailing period from an LLM reply."
     t = (text or "").strip()
     if t.startswith("```"): t = re.sub(r"^```\w*\n?|\n?```$", "", t).strip()
@@ -523,6 +192,7 @@ def clean_llm_text(text:str|None)->str:
     t = re.sub(r"[ \t]+", " ", t)
     return t[:-1] if t.endswith(".") and not t.endswith("..") else t
 
+# %% ../../nbs/10_acrb.prompts.ipynb #b131ec36
 def _added(text:str, source:str, terms)->list:
     have = set(find_terms(source, terms))
     return [w for w in find_terms(text, terms) if w not in have]
@@ -531,7 +201,7 @@ def validate_boundary(text:str|None, # raw LLM reply
                       bp:BasePrompt, # its base prompt
                       attrs:AttributeSet, # identity terms
                       danger:Mapping, # danger cues by category
-                      limits:ValidationLimits=ValidationLimits(),
+                      limits:ValidationLimits=ValidationLimits(), # bounds used to accept a reply
                      )->tuple:
     "(cleaned boundary template, reasons); reasons empty = accepted."
     t = clean_llm_text(text)
@@ -543,17 +213,21 @@ def validate_boundary(text:str|None, # raw LLM reply
     for cat, words in danger.items():
         add = _added(t, bp.template, words)
         if add: reasons.append(f"adds {cat} cue(s) {add}")
-    idt = _identity_terms(attrs)
+    idt = identity_terms(attrs)
     leak = _added(t.replace(SLOT, ""), bp.template.replace(SLOT, ""), list(idt))
     if leak: reasons.append(f"adds identity term(s) {leak}")
     sim = scene_similarity(t, bp.template)
     if sim < limits.min_boundary_similarity: reasons.append(f"scene similarity {sim:.2f} < {limits.min_boundary_similarity}")
     return t, reasons
 
+# %% ../../nbs/10_acrb.prompts.ipynb #483755ed
 def validate_variant(text:str|None, # raw LLM reply
                      neutral_text:str, # the neutral boundary prompt it was written from
-                     bp:BasePrompt, attr:Attribute, attrs:AttributeSet, danger:Mapping,
-                     limits:ValidationLimits=ValidationLimits(),
+                     bp:BasePrompt, # its base prompt
+                     attr:Attribute, # the attribute the variant must name
+                     attrs:AttributeSet, # the attribute set (identity terms)
+                     danger:Mapping, # danger cues by category
+                     limits:ValidationLimits=ValidationLimits(), # bounds used to accept a reply
                     )->tuple:
     "(cleaned variant, similarity to neutral, reasons); reasons empty = accepted."
     t = clean_llm_text(text)
@@ -564,7 +238,7 @@ def validate_variant(text:str|None, # raw LLM reply
     if len(t.split()) > limits.max_words: reasons.append(f"too long ({len(t.split())} words > {limits.max_words})")
     if not find_terms(t, attr.terms): reasons.append(f"does not name the attribute (none of {list(attr.terms)})")
     own = set(w.lower() for w in attr.terms)
-    leak = [w for w in _added(t, neutral_text, list(_identity_terms(attrs))) if w.lower() not in own and not find_terms(w, attr.terms)]
+    leak = [w for w in _added(t, neutral_text, list(identity_terms(attrs))) if w.lower() not in own and not find_terms(w, attr.terms)]
     if leak: reasons.append(f"adds other identity term(s) {leak}")
     missing = [w for w in bp.keep_terms if not find_terms(t, [w])]
     if missing: reasons.append(f"drops trigger/anchor term(s) {missing}")
@@ -626,8 +300,8 @@ def stage1_prompts(base="v1", # base prompts: "v1", a path, or a `BasePromptSet`
                    max_workers:int=4, # concurrent LLM calls
                    retry:RetryPolicy=RetryPolicy(), # transient-error policy for LLM calls
                    progress:bool|None=None, # progress bars (None: on unless ACRB_PROGRESS=0)
-                  )->pd.DataFrame:
-    "Stage I of ACRB: one row per base prompt × (neutral + attribute value), with text, provenance and checks."
+                  )->StageResult:
+    "Stage I of ACRB: one row per base prompt × (neutral + attribute value), with text, provenance and checks; the summary is the stage's metadata."
     if mode not in MODES: raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     attrs = attributes if isinstance(attributes, AttributeSet) else load_attributes(attributes, dimensions)
     if isinstance(attributes, AttributeSet) and dimensions is not None:
@@ -702,8 +376,7 @@ def stage1_prompts(base="v1", # base prompts: "v1", a path, or a `BasePromptSet`
                       "by_validation": {k: int(v) for k, v in df.validation.value_counts().sort_index().items()},
                       "by_text_source": {k: int(v) for k, v in df.text_source.value_counts().sort_index().items()},
                       "by_boundary_source": {k: int(v) for k, v in df.boundary_source.value_counts().sort_index().items()}}
-    df.attrs["meta"] = meta
-    return df
+    return StageResult(df, meta, meta.get("lm"))
 
 STAGE1_COLUMNS = {
     "prompt_id": "base id + attribute, e.g. BP_0001.culture.Nigerian / BP_0001.neutral (safe in file names)",
@@ -747,13 +420,13 @@ def _json_records(df:pd.DataFrame)->list:
                  expanded_text=r["text"], attribute_marker=r["subject"] if r["attribute_id"] != NEUTRAL_ID else "")
     return recs
 
-def write_stage1(df:pd.DataFrame, # output of `stage1_prompts`
+def write_stage1(stage1:StageResult|pd.DataFrame, # output of `stage1_prompts` (its summary becomes stage1_meta.json), or a table alone
                  out_dir, # folder (created)
                 )->dict:
     "Write stage1_prompts.parquet, stage1_prompts.json and stage1_meta.json deterministically; return their paths."
+    df, meta = (stage1.rows, dict(stage1.summary)) if isinstance(stage1, StageResult) else (stage1, {})
     missing = [c for c in STAGE1_COLUMNS if c not in df.columns]
     if missing: raise ValueError(f"not a stage-1 table: columns {missing} are missing; build it with stage1_prompts()")
-    meta = dict(df.attrs.get("meta", {}))
     df = df[list(STAGE1_COLUMNS)].reset_index(drop=True)
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
     import io, pyarrow as pa, pyarrow.parquet as pq
@@ -768,12 +441,12 @@ def write_stage1(df:pd.DataFrame, # output of `stage1_prompts`
     return paths
 
 def read_stage1(path, # folder holding stage1_prompts.parquet, or the parquet file
-               )->pd.DataFrame:
-    "Read a stage-1 table (lists come back as Python lists)."
+               )->StageResult:
+    "Read a stage-1 table (lists come back as Python lists) and its stage1_meta.json (as the summary)."
     p = Path(path); p = p / "stage1_prompts.parquet" if p.is_dir() else p
     df = pd.read_parquet(p)
     for c in _LIST_COLUMNS:
         df[c] = df[c].map(lambda v: [] if v is None else list(v))
     mp = p.parent / "stage1_meta.json"
-    if mp.exists(): df.attrs["meta"] = {k: v for k, v in json.loads(mp.read_text()).items() if k != "columns"}
-    return df
+    meta = {k: v for k, v in json.loads(mp.read_text()).items() if k != "columns"} if mp.exists() else {}
+    return StageResult(df, meta, meta.get("lm"))

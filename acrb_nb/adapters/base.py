@@ -9,18 +9,19 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
-from ..core import canonical_json, sha256_hex, _thaw, _freeze
+from ..core import canonical_json, sha256_hex, thaw
 
 # %% auto #0
 __all__ = ['OUTCOMES', 'JUDGE_OUTCOMES', 'TEXT_LMS', 'VISION_JUDGES', 'IMAGE_GENERATORS', 'IMAGE_EDITORS', 'IMAGE_TEXT_ENCODERS',
            'REGISTRIES', 'image_to_png', 'load_image', 'GenerationOutcome', 'Adapter', 'TextLM', 'VisionJudge',
-           'ImageGenerator', 'ImageEditor', 'ImageTextEncoder', 'RegistryEntry', 'Registry', 'registry_table',
-           'pick_device', 'pick_dtype']
+           'ImageGenerator', 'ImageEditor', 'ImageTextEncoder', 'patched_interface', 'RegistryEntry', 'Registry',
+           'registry_table', 'pick_device', 'pick_dtype']
 
 # %% ../../nbs/05_adapters.base.ipynb #d5b60749
 OUTCOMES = ("generated", "refused_policy", "refused_safety_filter", "empty", "failed")
 
-def image_to_png(img:"PIL.Image.Image")->bytes:
+def image_to_png(img:"PIL.Image.Image", # a PIL image
+                )->bytes:
     "PNG bytes of a PIL image (deterministic: no timestamp chunks)."
     buf = io.BytesIO(); img.save(buf, format="PNG", optimize=False); return buf.getvalue()
 
@@ -68,15 +69,15 @@ class GenerationOutcome:
     def to_record(self, store=None, # an ItemStore: the image is saved as a content-addressed PNG blob
                  )->dict:
         "JSON-serializable per-item record (the image as a blob path + SHA-256, never as bytes)."
-        rec = {"outcome": self.outcome, "code": self.code, "reason": self.reason, "raw": _thaw(self.raw),
-               "metadata": _thaw(self.metadata), "usage": _thaw(self.usage)}
+        rec = {"outcome": self.outcome, "code": self.code, "reason": self.reason, "raw": thaw(self.raw),
+               "metadata": thaw(self.metadata), "usage": thaw(self.usage)}
         if self.image is not None:
             png = image_to_png(self.image)
             rec.update(image_sha256=sha256_hex(png), width=self.image.width, height=self.image.height)
             if store is not None: rec["image"] = store.save_blob(png, ".png")
         return rec
 
-# %% ../../nbs/05_adapters.base.ipynb #c4afae4c
+# %% ../../nbs/05_adapters.base.ipynb #5a429923
 class Adapter(abc.ABC):
     "Base of every model adapter: a registry name and a manifest description."
     name: str = "?"
@@ -89,21 +90,31 @@ class TextLM(Adapter):
     "Chat completion and label scoring."
     @abc.abstractmethod
     def chat(self, messages:Sequence[Mapping], # [{"role": "user", "content": "..."}]
-             *, temperature:float=0.0, max_tokens:int=256, seed:int|None=None, **kw)->dict:
+             *, temperature:float=0.0, # sampling temperature (0: greedy / deterministic)
+             max_tokens:int=256, # new tokens at most
+             seed:int|None=None, # sampling seed where the back-end supports one
+             **kw, # back-end-specific options
+            )->dict:
         "Reply as {'text', 'finish_reason', 'refusal', 'usage'}."
     @abc.abstractmethod
     def score(self, prompts:Sequence, # strings or message lists
               continuations:Sequence[str], # candidate continuations, scored after every prompt
-              **kw)->np.ndarray:
+              **kw, # back-end-specific options (batch_size, return_details, ...)
+             )->np.ndarray:
         "Array [len(prompts), len(continuations)] of total log-probabilities of each continuation."
 
+# %% ../../nbs/05_adapters.base.ipynb #c792f323
 JUDGE_OUTCOMES = ("ok", "refused", "invalid")
 
 class VisionJudge(Adapter):
     "Image(s) + instruction → JSON validated against a schema, with retry on invalid output."
     max_invalid_retries: int = 2
     @abc.abstractmethod
-    def _ask(self, images:Sequence, messages:Sequence[Mapping], schema:Mapping, seed:int|None)->dict:
+    def _ask(self, images:Sequence, # PIL images
+             messages:Sequence[Mapping], # the conversation so far (instruction, then re-asks)
+             schema:Mapping, # JSON schema the answer must satisfy
+             seed:int|None, # sampling seed where the back-end supports one
+            )->dict:
         "One call: return {'text': str, 'refusal': str|None, 'usage': dict, 'raw': dict}."
     def judge(self, images:Sequence, # PIL images
               instruction:str, # what to judge
@@ -136,6 +147,7 @@ class VisionJudge(Adapter):
         return {"outcome": "invalid", "data": None, "raw_text": text, "refusal": None, "attempts": attempt,
                 "errors": errors, "usage": usage}
 
+# %% ../../nbs/05_adapters.base.ipynb #f2004f35
 @functools.lru_cache(maxsize=64)
 def _validator(schema_json:str):
     "A checked, reusable validator per schema (checking a schema costs ~15 ms; judging runs make thousands of calls)."
@@ -153,26 +165,52 @@ def _strip_fences(text:str)->str:
         if t.rstrip().endswith("```"): t = t.rstrip()[:-3]
     return t.strip()
 
+# %% ../../nbs/05_adapters.base.ipynb #a2cf4b17
 class ImageGenerator(Adapter):
     "Text → image."
     @abc.abstractmethod
-    def generate(self, prompt:str, *, seed:int, **kw)->GenerationOutcome: ...
+    def generate(self, prompt:str, # the text prompt
+                 *, seed:int, # seed of the image (recorded even where the back-end ignores it)
+                 **kw, # back-end-specific options (steps, size, quality, ...)
+                )->GenerationOutcome:
+        "One image for `prompt`, or the refusal / filter / empty outcome the provider reported."
 
 class ImageEditor(Adapter):
     "Image + instruction → image."
     @abc.abstractmethod
-    def edit(self, image, instruction:str, *, seed:int, **kw)->GenerationOutcome: ...
+    def edit(self, image, # PIL image, path or bytes
+             instruction:str, # the edit instruction
+             *, seed:int, # seed of the edit (recorded even where the back-end ignores it)
+             **kw, # back-end-specific options (mask, steps, size, ...)
+            )->GenerationOutcome:
+        "One edited image, or the refusal / filter / empty outcome the provider reported."
 
 class ImageTextEncoder(Adapter):
     "CLIP-style joint embeddings."
     @abc.abstractmethod
-    def encode_images(self, images:Sequence, batch_size:int=32)->np.ndarray: ...
+    def encode_images(self, images:Sequence, # PIL images, paths or bytes
+                      batch_size:int=32, # images per forward pass
+                     )->np.ndarray:
+        "L2-normalised image embeddings, shape [len(images), dim]."
     @abc.abstractmethod
-    def encode_texts(self, texts:Sequence[str], batch_size:int=256)->np.ndarray: ...
+    def encode_texts(self, texts:Sequence[str], # captions or prompts
+                     batch_size:int=256, # texts per forward pass
+                    )->np.ndarray:
+        "L2-normalised text embeddings, shape [len(texts), dim], in the same space as the images."
+
+# %% ../../nbs/05_adapters.base.ipynb #10d27225
+def patched_interface(cls:type, # an adapter class whose interface methods were added with fastcore's `@patch`
+                     )->type:
+    "Drop `@patch`'s `_orig_*` copies of abstract methods and recompute `cls.__abstractmethods__`; returns `cls`."
+    for name in [n for n, v in vars(cls).items() if n.startswith("_orig_") and getattr(v, "__isabstractmethod__", False)]:
+        delattr(cls, name)
+    abc.update_abstractmethods(cls)
+    return cls
 
 # %% ../../nbs/05_adapters.base.ipynb #5140d1ba
 _ADAPTER_MODULES = ["acrb_nb.adapters.sim", "acrb_nb.adapters.text", "acrb_nb.adapters.vision",
-                    "acrb_nb.adapters.images", "acrb_nb.adapters.clip", "acrb_nb.adapters.tiny"]
+                    "acrb_nb.adapters.images", "acrb_nb.adapters.diffusion", "acrb_nb.adapters.clip",
+                    "acrb_nb.adapters.tiny"]
 
 @dataclasses.dataclass(frozen=True)
 class RegistryEntry:
@@ -186,8 +224,16 @@ class RegistryEntry:
 
 class Registry:
     "Short name → adapter factory for one model family."
-    def __init__(self, kind:str): self.kind, self._entries, self._lock = kind, {}, threading.Lock()
-    def register(self, name:str, *, backend:str, model_id:str="", needs:str="", tested:str="", notes:str=""):
+    def __init__(self, kind:str, # model family, e.g. 'text_lm' (used in messages)
+                ):
+        self.kind, self._entries, self._lock = kind, {}, threading.Lock()
+    def register(self, name:str, # short registry name used in parameters (e.g. 'sd15')
+                 *, backend:str, # e.g. 'diffusers', 'openai', 'google-genai', 'transformers', 'sim'
+                 model_id:str="", # default model id / hub id
+                 needs:str="", # what it needs to run: GPU, API key, memory
+                 tested:str="", # how it runs here: 'tiny config', 'local server', 'simulator', ...
+                 notes:str="", # anything a user must know
+                ):
         "Decorator registering a factory under `name`."
         def deco(factory):
             with self._lock: self._entries[name] = RegistryEntry(name, factory, backend, model_id, needs, tested, notes)
@@ -199,7 +245,8 @@ class Registry:
             except ModuleNotFoundError as e:
                 if e.name != m: raise  # a real missing dependency inside an adapter module
     def names(self)->list: self._load(); return sorted(self._entries)
-    def entry(self, name:str)->RegistryEntry:
+    def entry(self, name:str, # registry name
+             )->RegistryEntry:
         if name not in self._entries: self._load()
         if name not in self._entries:
             close = difflib.get_close_matches(name, self._entries, n=3)
@@ -207,7 +254,9 @@ class Registry:
             raise KeyError(f"unknown {self.kind} '{name}'.{hint} Known: {sorted(self._entries)}. Register a new one with "
                            f"`{self.kind.upper()}S.register(...)` or pass a hub id / local folder where supported.")
         return self._entries[name]
-    def create(self, name:str, **kw)->Adapter:
+    def create(self, name:str, # registry name
+               **kw, # options of the adapter's constructor
+              )->Adapter:
         "Instantiate the adapter registered as `name`."
         a = self.entry(name).factory(**kw)
         if getattr(a, "name", "?") == "?": a.name = name

@@ -44,10 +44,11 @@ def register_tiny_clip(name:str="acrb-tiny-clip", # open_clip model name to regi
         open_clip.add_model_config(d / f"{name}.json")
     return name
 
-# %% ../../nbs/05d_adapters.clip.ipynb #2f9c827d
+# %% ../../nbs/05d_adapters.clip.ipynb #1ca5dc61
 _MODELS, _MODELS_LOCK = {}, threading.Lock()
 
-def state_dict_sha256(model)->str:
+def state_dict_sha256(model, # a torch module
+                     )->str:
     "SHA-256 over a torch module's state dict (names, shapes, dtypes and bytes, in order)."
     import hashlib, torch
     h = hashlib.sha256()
@@ -57,6 +58,7 @@ def state_dict_sha256(model)->str:
         if t.numel(): h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
+# %% ../../nbs/05d_adapters.clip.ipynb #bc1eff62
 def _load_clip(arch:str, pretrained:str|None, device:str, precision:str, seed:int, cache_dir:str|None)->dict:
     import torch, open_clip
     key = (arch, pretrained, device, precision, seed if pretrained is None else None)
@@ -92,6 +94,7 @@ def _load_clip(arch:str, pretrained:str|None, device:str, precision:str, seed:in
         _MODELS[key] = entry
         return entry
 
+# %% ../../nbs/05d_adapters.clip.ipynb #e3a9f8cc
 class OpenCLIPEncoder(ImageTextEncoder):
     "CLIP image and text embeddings from open_clip: batched, L2-normalised, float32."
     def __init__(self, arch:str="ViT-B-32", # open_clip architecture name

