@@ -17,12 +17,6 @@ __all__ = ['SCHEDULER_CONFIGS', 'QWEN25_VL_TEMPLATE', 'QWEN3_VL_TEMPLATE', 'QWEN
            'tiny_qwen2_lm', 'tiny_build', 'tiny_cache_dir', 'save_twin', 'tiny_snapshot', 'twin_of', 'tiny_twin']
 
 # %% ../../nbs/05h_adapters.tiny.ipynb #762241ce
-_WORDS = ("a an the of in on with and or to is are photo picture image portrait person people man woman child boy girl "
-          "old young elderly doctor nurse teacher engineer scientist student worker chef pilot farmer wearing hijab turban "
-          "headscarf wheelchair glasses beard hair skin dark light red blue green white black yellow sky street park "
-          "hospital office kitchen school city make turn change add remove into style blurry low quality painting of "
-          "Nigerian Kenyan Indian Chinese Korean Japanese Mexican Brazilian American German French Egyptian").split()
-
 def tiny_clip_tokenizer(n_merges:int=1000, # first merges of CLIP's BPE kept (vocabulary: 512 + n_merges + 2)
                         max_length:int=77, # model_max_length (CLIP's 77)
                        ):
@@ -39,6 +33,13 @@ def tiny_clip_tokenizer(n_merges:int=1000, # first merges of CLIP's BPE kept (vo
     vocab = base + [v + "</w>" for v in base] + ["".join(m) for m in merges] + ["<|startoftext|>", "<|endoftext|>"]
     return CLIPTokenizer(vocab={v: i for i, v in enumerate(vocab)}, merges=merges, model_max_length=max_length)
 
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20001
+_WORDS = ("a an the of in on with and or to is are photo picture image portrait person people man woman child boy girl "
+          "old young elderly doctor nurse teacher engineer scientist student worker chef pilot farmer wearing hijab turban "
+          "headscarf wheelchair glasses beard hair skin dark light red blue green white black yellow sky street park "
+          "hospital office kitchen school city make turn change add remove into style blurry low quality painting of "
+          "Nigerian Kenyan Indian Chinese Korean Japanese Mexican Brazilian American German French Egyptian").split()
+
 def tiny_t5_tokenizer(max_length:int=512, # model_max_length (FLUX asks for up to 512 tokens)
                      ):
     "A `T5Tokenizer` (Unigram) over a small word list and single characters, with T5's `<pad>`, `</s>`, `<unk>`."
@@ -48,6 +49,7 @@ def tiny_t5_tokenizer(max_length:int=512, # model_max_length (FLUX asks for up t
              + [("▁", -4.0)] + [(c, -6.0) for c in chars])
     return T5Tokenizer(vocab=vocab, extra_ids=0, model_max_length=max_length)
 
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20003
 _QWEN_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 
 def tiny_qwen2_tokenizer(chat_template:str|None=None, # Jinja chat template (None: none)
@@ -80,12 +82,19 @@ SCHEDULER_CONFIGS = {  # registry key -> (scheduler class, config) as in the mod
 }
 SCHEDULER_CONFIGS["flux-kontext"] = SCHEDULER_CONFIGS["flux-dev"]
 
-def _scheduler(key:str):
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20006
+def _scheduler(key:str, # a key of SCHEDULER_CONFIGS
+              ):
+    "The model's scheduler, built from its class name and config."
     import diffusers
     cls, cfg = SCHEDULER_CONFIGS[key]
     return getattr(diffusers, cls)(**cfg)
 
-def _clip_text(tok, projection:bool=False, hidden:int=32):
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20009
+def _clip_text(tok, # its CLIP tokenizer (vocabulary size and special ids)
+               projection:bool=False, # CLIPTextModelWithProjection (SDXL's second, SD3's two encoders)
+               hidden:int=32, # width
+              ):
     "A 2-layer CLIP text encoder (with a projection head for SDXL's / SD3's pooled embeddings)."
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
     cfg = CLIPTextConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2,
@@ -93,21 +102,31 @@ def _clip_text(tok, projection:bool=False, hidden:int=32):
                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     return (CLIPTextModelWithProjection if projection else CLIPTextModel)(cfg)
 
-def _t5(tok, d_model:int=32):
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20011
+def _t5(tok, # its T5 tokenizer
+        d_model:int=32, # width (SD3's joint attention dimension follows it)
+       ):
     "A 2-layer T5 v1.1-style encoder (gated GELU)."
     from transformers import T5Config, T5EncoderModel
     return T5EncoderModel(T5Config(vocab_size=len(tok), d_model=d_model, d_ff=37, d_kv=8, num_heads=4, num_layers=2,
                                    relative_attention_num_buckets=8, feed_forward_proj="gated-gelu",
                                    pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, decoder_start_token_id=0))
 
-def _vae(latent_channels:int, **kw):
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20013
+def _vae(latent_channels:int, # 4 (SD 1.5, SDXL) or 16 (FLUX, SD3)
+         **kw, # further AutoencoderKL options (scaling / shift factors, quant convs)
+        ):
     "A 4-level `AutoencoderKL` (vae_scale_factor 8, as in the real checkpoints) with 8 channels per level."
     from diffusers import AutoencoderKL
     return AutoencoderKL(in_channels=3, out_channels=3, latent_channels=latent_channels, block_out_channels=(8, 8, 8, 8),
                          layers_per_block=1, norm_num_groups=4, down_block_types=("DownEncoderBlock2D",) * 4,
                          up_block_types=("UpDecoderBlock2D",) * 4, sample_size=32, **kw)
 
-def _flux(key:str, kontext:bool=False):
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20016
+def _flux(key:str, # "flux", "flux-dev" or "flux-kontext" (its scheduler and guidance embedding)
+          kontext:bool=False, # FluxKontextPipeline instead of FluxPipeline
+         ):
+    "A tiny FluxPipeline / FluxKontextPipeline."
     from diffusers import FluxPipeline, FluxKontextPipeline, FluxTransformer2DModel
     tok, tok2 = tiny_clip_tokenizer(), tiny_t5_tokenizer()
     transformer = FluxTransformer2DModel(patch_size=1, in_channels=64, num_layers=1, num_single_layers=1, attention_head_dim=16,
@@ -118,7 +137,10 @@ def _flux(key:str, kontext:bool=False):
     return cls(scheduler=_scheduler(key), vae=vae, text_encoder=_clip_text(tok), tokenizer=tok, text_encoder_2=_t5(tok2),
                tokenizer_2=tok2, transformer=transformer)
 
-def _sd3(key:str):
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20018
+def _sd3(key:str, # "sd3" (its scheduler)
+        ):
+    "A tiny StableDiffusion3Pipeline: two CLIP encoders with projection, T5, an MMDiT with one dual-attention layer."
     from diffusers import SD3Transformer2DModel, StableDiffusion3Pipeline
     tok, tok2, tok3 = tiny_clip_tokenizer(), tiny_clip_tokenizer(), tiny_t5_tokenizer(256)
     transformer = SD3Transformer2DModel(sample_size=8, patch_size=2, in_channels=16, num_layers=2, attention_head_dim=8,
@@ -130,7 +152,10 @@ def _sd3(key:str):
                                     text_encoder_2=_clip_text(tok2, True), tokenizer_2=tok2, text_encoder_3=_t5(tok3, 64),
                                     tokenizer_3=tok3, transformer=transformer)
 
-def _sdxl(key:str):
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20020
+def _sdxl(key:str, # "sdxl" (its scheduler)
+         ):
+    "A tiny StableDiffusionXLPipeline: two CLIP encoders (the second with projection), a UNet with `text_time` conditioning."
     from diffusers import StableDiffusionXLPipeline, UNet2DConditionModel
     tok, tok2 = tiny_clip_tokenizer(), tiny_clip_tokenizer()
     unet = UNet2DConditionModel(block_out_channels=(8, 16), layers_per_block=1, sample_size=4, in_channels=4, out_channels=4,
@@ -142,7 +167,11 @@ def _sdxl(key:str):
                                      tokenizer=tok, text_encoder_2=_clip_text(tok2, True), tokenizer_2=tok2, unet=unet,
                                      scheduler=_scheduler(key))
 
-def _sd(key:str, safety:str|None=None):
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20023
+def _sd(key:str, # "sd15" or "instruct-pix2pix"
+        safety:str|None=None, # None: a checker that passes random images; "flag": one that flags every image
+       ):
+    "A tiny StableDiffusionPipeline / StableDiffusionInstructPix2PixPipeline with a real safety checker."
     import torch
     from diffusers import StableDiffusionPipeline, StableDiffusionInstructPix2PixPipeline, UNet2DConditionModel
     from diffusers.pipelines.stable_diffusion.safety_checker import StableDiffusionSafetyChecker
@@ -162,17 +191,6 @@ def _sd(key:str, safety:str|None=None):
     cls = StableDiffusionInstructPix2PixPipeline if ip2p else StableDiffusionPipeline
     return cls(vae=_vae(4, scaling_factor=0.18215), text_encoder=_clip_text(tok), tokenizer=tok, unet=unet,
                scheduler=_scheduler(key), safety_checker=checker, feature_extractor=fe)
-
-def _qwen_image_edit(key:str):
-    from diffusers import AutoencoderKLQwenImage, QwenImageEditPipeline, QwenImageTransformer2DModel
-    from transformers import Qwen2VLProcessor
-    text_encoder, proc = tiny_qwen25_vl(hidden=32, processor_class=Qwen2VLProcessor)
-    # the pipeline encodes its input at ~1024² whatever the output size: no residual blocks keeps that under a second
-    vae = AutoencoderKLQwenImage(base_dim=8, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=0, temperal_downsample=[False, True, True])
-    transformer = QwenImageTransformer2DModel(patch_size=2, in_channels=64, out_channels=16, num_layers=2, attention_head_dim=16,
-                                              num_attention_heads=2, joint_attention_dim=32, axes_dims_rope=(4, 6, 6))
-    return QwenImageEditPipeline(scheduler=_scheduler(key), vae=vae, text_encoder=text_encoder, tokenizer=proc.tokenizer,
-                                 processor=proc, transformer=transformer)
 
 # %% ../../nbs/05h_adapters.tiny.ipynb #e8d46611
 QWEN25_VL_TEMPLATE = ("{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
@@ -196,25 +214,41 @@ QWEN25_TEMPLATE = ("{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>sy
     "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}")
 
-def _qwen_ids(tok)->dict:
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20027
+def _qwen_ids(tok, # a `tiny_qwen2_tokenizer`
+             )->dict:
+    "The image / video / vision-span token ids a Qwen-VL config names."
     return {k: tok.convert_tokens_to_ids(t) for k, t in (("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
             ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
 
-def _mrope(hidden:int, heads:int=4)->list:
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20029
+def _mrope(hidden:int, # model width
+           heads:int=4, # attention heads
+          )->list:
     "M-RoPE sections (temporal, height, width) that split a head's rotary half, as Qwen's [16, 24, 24] splits 64."
     half = hidden // heads // 2
     return [half // 4, (half - half // 4) // 2, half - half // 4 - (half - half // 4) // 2]
 
-def _qwen_text(tok, hidden:int, **kw)->dict:
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20031
+def _qwen_text(tok, # the tokenizer (vocabulary size, eos and pad ids)
+               hidden:int, # width
+               **kw, # further text-config fields (rope_parameters, head_dim, ...)
+              )->dict:
+    "The text config of a 2-layer Qwen language model."
     return dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=2, max_position_embeddings=4096, bos_token_id=None, eos_token_id=tok.eos_token_id,
                 pad_token_id=tok.pad_token_id, **kw)
 
-def _eval_with_eos(model, tok):
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20033
+def _eval_with_eos(model, # a transformers model
+                   tok, # its tokenizer
+                  ):
+    "The model in eval mode, generating until the tokenizer's end of turn (no BOS)."
     model.generation_config.eos_token_id, model.generation_config.pad_token_id = tok.eos_token_id, tok.pad_token_id
     model.generation_config.bos_token_id = None
     return model.eval()
 
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20034
 def tiny_qwen25_vl(seed:int=0, # weight seed
                    hidden:int=64, # language model width (32 inside the Qwen-Image-Edit twin)
                    processor_class=None, # processor class (None: Qwen2_5_VLProcessor; Qwen-Image-Edit uses Qwen2VLProcessor)
@@ -238,6 +272,7 @@ def tiny_qwen25_vl(seed:int=0, # weight seed
         model = Qwen2_5_VLForConditionalGeneration(cfg)
     return _eval_with_eos(model, tok), proc
 
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20036
 def tiny_qwen3_vl(seed:int=0, # weight seed
                   hidden:int=64, # language model width
                  )->tuple:
@@ -261,6 +296,7 @@ def tiny_qwen3_vl(seed:int=0, # weight seed
         model = Qwen3VLForConditionalGeneration(cfg)
     return _eval_with_eos(model, tok), proc
 
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20038
 def tiny_qwen2_lm(seed:int=0, # weight seed
                   hidden:int=64, # width
                  )->tuple:
@@ -274,6 +310,20 @@ def tiny_qwen2_lm(seed:int=0, # weight seed
         model = Qwen2ForCausalLM(cfg)
     return _eval_with_eos(model, tok), tok
 
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20041
+def _qwen_image_edit(key:str, # "qwen-image-edit" (its scheduler)
+                    ):
+    "A tiny QwenImageEditPipeline: a Qwen2.5-VL text encoder, the Qwen-Image VAE without residual blocks, a 2-layer MMDiT."
+    from diffusers import AutoencoderKLQwenImage, QwenImageEditPipeline, QwenImageTransformer2DModel
+    from transformers import Qwen2VLProcessor
+    text_encoder, proc = tiny_qwen25_vl(hidden=32, processor_class=Qwen2VLProcessor)
+    # the pipeline encodes its input at ~1024² whatever the output size: no residual blocks keeps that under a second
+    vae = AutoencoderKLQwenImage(base_dim=8, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=0, temperal_downsample=[False, True, True])
+    transformer = QwenImageTransformer2DModel(patch_size=2, in_channels=64, out_channels=16, num_layers=2, attention_head_dim=16,
+                                              num_attention_heads=2, joint_attention_dim=32, axes_dims_rope=(4, 6, 6))
+    return QwenImageEditPipeline(scheduler=_scheduler(key), vae=vae, text_encoder=text_encoder, tokenizer=proc.tokenizer,
+                                 processor=proc, transformer=transformer)
+
 # %% ../../nbs/05h_adapters.tiny.ipynb #8b76a577
 _BUILDERS = {"flux": _flux, "flux-dev": _flux, "flux-kontext": lambda k: _flux(k, kontext=True), "sd3": _sd3, "sdxl": _sdxl,
              "sd15": _sd, "instruct-pix2pix": _sd, "qwen-image-edit": _qwen_image_edit,
@@ -282,7 +332,9 @@ _SAFETY_KEYS = ("sd15", "instruct-pix2pix")
 _FP16_VARIANT = ("sdxl", "sd15")  # registered with variant="fp16": the snapshot carries *.fp16.* weights too
 TINY_NAMES = tuple(sorted(_BUILDERS))
 
-def _parse(model_id:str)->tuple:
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20043
+def _parse(model_id:str, # "tiny:<name>" or "tiny:<name>:flag"
+          )->tuple:
     "('flux', None) from 'tiny:flux', ('sd15', 'flag') from 'tiny:sd15:flag'."
     parts = str(model_id).split(":")
     if len(parts) not in (2, 3) or parts[0] != "tiny" or parts[1] not in _BUILDERS:
@@ -293,6 +345,7 @@ def _parse(model_id:str)->tuple:
         raise ValueError(f"{model_id!r}: only {[f'tiny:{k}:flag' for k in _SAFETY_KEYS]} take a safety suffix")
     return parts[1], safety
 
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20045
 def tiny_build(model_id:str, # "tiny:<name>" or "tiny:<name>:flag"
                seed:int=0, # weight seed
               ):
@@ -303,11 +356,13 @@ def tiny_build(model_id:str, # "tiny:<name>" or "tiny:<name>:flag"
         torch.manual_seed(seed_int(seed, "tiny-twin", key))
         return _BUILDERS[key](key, safety) if key in _SAFETY_KEYS else _BUILDERS[key](key)
 
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20047
 def tiny_cache_dir()->Path:
     "`$ACRB_CACHE_DIR/tiny-hub` (default `~/.cache/acrb_nb/tiny-hub`): where twins are saved."
     root = Path(os.environ.get("ACRB_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "acrb_nb")
     return root / "tiny-hub"
 
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20049
 def save_twin(obj, # from `tiny_build`
               folder:Path, # destination (created)
               variant:bool=False, # also write the fp16 weights variant
@@ -321,12 +376,16 @@ def save_twin(obj, # from `tiny_build`
     obj.save_pretrained(folder, safe_serialization=True)
     if variant: obj.to(dtype=torch.float16).save_pretrained(folder, safe_serialization=True, variant="fp16")
 
-def _tree_sha1(folder:Path)->str:
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20051
+def _tree_sha1(folder:Path, # a saved twin
+              )->str:
+    "SHA-1 of every file's relative path and bytes, in path order: the snapshot's commit."
     h = hashlib.sha1()
     for f in sorted(p for p in folder.rglob("*") if p.is_file()):
         h.update(f.relative_to(folder).as_posix().encode()); h.update(b"\0"); h.update(f.read_bytes()); h.update(b"\0")
     return h.hexdigest()
 
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20053
 _SNAPSHOTS, _SNAP_LOCK = {}, threading.Lock()
 
 def tiny_snapshot(model_id:str, # "tiny:<name>" or "tiny:<name>:flag"
@@ -362,11 +421,15 @@ def tiny_snapshot(model_id:str, # "tiny:<name>" or "tiny:<name>:flag"
     return snap
 
 # %% ../../nbs/05h_adapters.tiny.ipynb #4ef0f971
-def _vlm_twin(name:str, label:str):
+def _vlm_twin(name:str, # the twin's name in TINY_NAMES
+              label:str, # its registry name, reported by `describe()`
+             ):
+    "A registry factory: the twin's snapshot loaded by `HFVisionJudge` (label log-probabilities unless told otherwise)."
     def factory(**kw)->HFVisionJudge:
         return HFVisionJudge(str(tiny_snapshot(f"tiny:{name}")), model_label=label, **{"mode": "logprob", **kw})
     return factory
 
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20054
 _TWIN_NOTES = "random weights saved in a hub-cache layout and loaded with from_pretrained; tests only"
 VISION_JUDGES.register("tiny-qwen2.5-vl", backend="transformers", model_id="tiny:qwen2.5-vl", needs="CPU, <2 MB",
                        tested="tiny Qwen2_5_VLForConditionalGeneration offline", notes=_TWIN_NOTES)(_vlm_twin("qwen2.5-vl", "tiny-qwen2.5-vl"))
@@ -397,6 +460,7 @@ def twin_of(kind:str, # registry kind: "image_generator", "image_editor", "visio
     if e.backend == "diffusers" and f"tiny-{name}" in reg: return f"tiny-{name}"
     raise KeyError(f"{kind} {name!r} has no tiny twin; add a builder to acrb_nb.adapters.tiny and register it")
 
+# %% ../../nbs/05h_adapters.tiny.ipynb #a1c20056
 def tiny_twin(kind:str, # registry kind
               name:str, # registry name of a local entry
               **kw, # adapter options
