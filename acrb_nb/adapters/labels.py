@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses, functools, json
 from typing import Mapping, Sequence
 import numpy as np
+from fastcore.basics import patch
 from ..core import canonical_json
 
 # %% auto #0
@@ -29,11 +30,15 @@ class ChoiceQuestion:
         w = [str(x) for x in self.words]
         return w[0] if len(w) == 1 else ", ".join(w[:-1]) + " or " + w[-1]
 
-def _enum_of(prop:Mapping)->list|None:
+# %% ../../nbs/05i_adapters.labels.ipynb #c4a10002
+def _enum_of(prop:Mapping, # a property's JSON schema
+            )->list|None:
+    "The property's string enum values, or None when it has none."
     e = prop.get("enum")
     if isinstance(e, list) and e and all(isinstance(v, str) for v in e): return list(e)
     return None
 
+# %% ../../nbs/05i_adapters.labels.ipynb #c4a10004
 def choice_question(schema:Mapping, # the JSON schema of the judge's answer (an object schema)
                     labels:Mapping|None=None, # verdict -> answer word to score (None: each verdict is its own word)
                     field:str|None=None, # the choice property (None: the first required property with a string enum)
@@ -66,11 +71,19 @@ def choice_prompt(instruction:str, # the caller's instruction
     "The instruction with the answer hint that names the words scored."
     return f"{instruction.rstrip()}\n\n{answer_hint.format(options=question.options_text)}"
 
-def _types(prop:Mapping)->list:
+# %% ../../nbs/05i_adapters.labels.ipynb #c4a10007
+def _types(prop:Mapping, # a property's JSON schema
+          )->list:
+    "The property's JSON types as a list ('type' may be a string or a list)."
     t = prop.get("type")
     return [t] if isinstance(t, str) else list(t or [])
 
-def _fill(name:str, prop:Mapping, p:float, text:str):
+# %% ../../nbs/05i_adapters.labels.ipynb #c4a10008
+def _fill(name:str, # the field's name (for the error)
+          prop:Mapping, # its JSON schema
+          p:float, # the verdict's probability, 0..1
+          text:str, # what a string field gets (the log-probabilities as text)
+         ):
     "The value of a required non-choice field, from the verdict's probability `p` (0..1)."
     ts = _types(prop)
     if "integer" in ts or "number" in ts:
@@ -87,6 +100,16 @@ def _fill(name:str, prop:Mapping, p:float, text:str):
     raise ValueError(f"required field {name!r} ({prop}) cannot be filled from a label probability; judge this schema "
                      "with mode='generate', or make the field optional")
 
+# %% ../../nbs/05i_adapters.labels.ipynb #c4a10010
+@functools.lru_cache(maxsize=64)
+def _validator(schema_json:str, # the schema as canonical JSON (hashable, for the cache)
+              ):
+    "A jsonschema validator of the schema's own draft, built once per schema."
+    import jsonschema
+    schema = json.loads(schema_json)
+    return jsonschema.validators.validator_for(schema)(schema)
+
+# %% ../../nbs/05i_adapters.labels.ipynb #c4a10012
 def choice_answer(schema:Mapping, # the JSON schema of the answer
                   question:ChoiceQuestion, # from `choice_question`
                   logprobs:Sequence[float], # log-probability of each of `question.words`
@@ -107,12 +130,6 @@ def choice_answer(schema:Mapping, # the JSON schema of the answer
     _validator(canonical_json(schema)).validate(data)
     return data, {v: float(x) for v, x in zip(question.verdicts, p)}
 
-@functools.lru_cache(maxsize=64)
-def _validator(schema_json:str):
-    import jsonschema
-    schema = json.loads(schema_json)
-    return jsonschema.validators.validator_for(schema)(schema)
-
 # %% ../../nbs/05i_adapters.labels.ipynb #917114a7
 class LabelJudgeMixin:
     "A `VisionJudge` mixin: `mode='logprob'` answers a schema's choice from label log-probabilities (`_label_logprobs`)."
@@ -121,7 +138,11 @@ class LabelJudgeMixin:
     answer_hint: str = ANSWER_HINT # appended to the instruction in logprob mode
     choice_field: str|None = None # the choice property (None: the first required enum)
 
-    def _set_label_mode(self, mode:str="generate", labels:Mapping|None=None, answer_hint:str|None=None, choice_field:str|None=None):
+    def _set_label_mode(self, mode:str="generate", # "generate" or "logprob"
+                        labels:Mapping|None=None, # verdict -> answer word (None: the verdicts themselves)
+                        answer_hint:str|None=None, # the question's last line, `{options}` = the words (None: ANSWER_HINT)
+                        choice_field:str|None=None, # the choice property (None: the first required enum)
+                       ):
         "Check and store the mode settings (called by the back-end's `__init__`)."
         if mode not in JUDGE_MODES: raise ValueError(f"mode must be one of {JUDGE_MODES}, got {mode!r}")
         if labels is not None and (not isinstance(labels, Mapping) or len(labels) < 2):
@@ -135,29 +156,35 @@ class LabelJudgeMixin:
         return {"mode": self.mode, "labels": self.labels, "answer_hint": self.answer_hint, "choice_field": self.choice_field,
                 "decoding": "label log-probabilities"}
 
-    def _label_logprobs(self, images:Sequence, messages:Sequence[Mapping], words:Sequence[str], seed:int|None)->dict:
+    def _label_logprobs(self, images:Sequence, # PIL images
+                        messages:Sequence[Mapping], # the question (one user message)
+                        words:Sequence[str], # answer words to score
+                        seed:int|None, # request seed where the back-end takes one
+                       )->dict:
         "One scoring call: {'logprobs': [per word], 'missing': [bool per word], 'refusal', 'usage', 'raw'}."
         raise NotImplementedError(f"{type(self).__name__} has no label log-probability mode; use mode='generate'")
 
-    def judge(self, images:Sequence, # PIL images
-              instruction:str, # what to judge
-              schema:Mapping, # JSON schema the answer must satisfy
-              seed:int|None=None, # sampling seed where the back-end supports one
-             )->dict:
-        "`VisionJudge.judge` in generate mode; in logprob mode the choice from label log-probabilities (+ probs, logprobs, missing)."
-        if self.mode == "generate": return super().judge(images, instruction, schema, seed)
-        q = choice_question(schema, self.labels, self.choice_field)
-        messages = [{"role": "user", "content": choice_prompt(instruction, q, self.answer_hint)}]
-        r = self._label_logprobs(images, messages, list(q.words), seed)
-        out = {"raw_text": None, "refusal": None, "attempts": 1, "errors": [], "usage": dict(r.get("usage") or {}),
-               "probs": None, "logprobs": None, "missing": []}
-        if r.get("refusal"): return {"outcome": "refused", "data": None, **out, "refusal": r["refusal"]}
-        lp = np.asarray(r["logprobs"], dtype=float)
-        missing = np.asarray(r.get("missing") if r.get("missing") is not None else np.zeros(len(lp), bool), dtype=bool)
-        out["missing"] = [v for v, m in zip(q.verdicts, missing) if m]
-        if missing.all() or not np.isfinite(lp).any():
-            err = r.get("error") or f"none of the answer words {list(q.words)} could be scored"
-            return {"outcome": "invalid", "data": None, **out, "errors": [err]}
-        data, probs = choice_answer(schema, q, lp)
-        return {"outcome": "ok", "data": data, **out, "raw_text": json.dumps(data), "probs": probs,
-                "logprobs": {v: float(x) for v, x in zip(q.verdicts, lp)}}
+# %% ../../nbs/05i_adapters.labels.ipynb #c4a10016
+@patch
+def judge(self:LabelJudgeMixin, images:Sequence, # PIL images
+          instruction:str, # what to judge
+          schema:Mapping, # JSON schema the answer must satisfy
+          seed:int|None=None, # sampling seed where the back-end supports one
+         )->dict:
+    "`VisionJudge.judge` in generate mode; in logprob mode the choice from label log-probabilities (+ probs, logprobs, missing)."
+    if self.mode == "generate": return super(LabelJudgeMixin, self).judge(images, instruction, schema, seed)
+    q = choice_question(schema, self.labels, self.choice_field)
+    messages = [{"role": "user", "content": choice_prompt(instruction, q, self.answer_hint)}]
+    r = self._label_logprobs(images, messages, list(q.words), seed)
+    out = {"raw_text": None, "refusal": None, "attempts": 1, "errors": [], "usage": dict(r.get("usage") or {}),
+           "probs": None, "logprobs": None, "missing": []}
+    if r.get("refusal"): return {"outcome": "refused", "data": None, **out, "refusal": r["refusal"]}
+    lp = np.asarray(r["logprobs"], dtype=float)
+    missing = np.asarray(r.get("missing") if r.get("missing") is not None else np.zeros(len(lp), bool), dtype=bool)
+    out["missing"] = [v for v, m in zip(q.verdicts, missing) if m]
+    if missing.all() or not np.isfinite(lp).any():
+        err = r.get("error") or f"none of the answer words {list(q.words)} could be scored"
+        return {"outcome": "invalid", "data": None, **out, "errors": [err]}
+    data, probs = choice_answer(schema, q, lp)
+    return {"outcome": "ok", "data": data, **out, "raw_text": json.dumps(data), "probs": probs,
+            "logprobs": {v: float(x) for v, x in zip(q.verdicts, lp)}}
