@@ -28,9 +28,13 @@ class SmokeTarget:
     needs_gpu: bool # the registry says it needs a GPU
     needs: str # the registry's `needs`
 
-def _is_repo(s:str)->bool:
+# %% ../nbs/92_smoke.ipynb #d5e60001
+def _is_repo(s:str, # a registry model id
+            )->bool:
+    "True for a hub repository id ('org/name'), False for a tiny twin, a placeholder or a local path."
     return isinstance(s, str) and s.count("/") == 1 and not s.startswith(("tiny:", "<", "/", ".")) and " " not in s
 
+# %% ../nbs/92_smoke.ipynb #d5e60003
 def smoke_target(name:str, # registry name, e.g. "flux", "qwen2.5-vl-7b"
                 )->SmokeTarget:
     "The local registry entry `name` and what it needs (KeyError listing the local names if there is none)."
@@ -59,6 +63,7 @@ def hf_cache_dir()->Path:
     from huggingface_hub import constants
     return Path(constants.HF_HUB_CACHE)
 
+# %% ../nbs/92_smoke.ipynb #d5e60005
 def cached_snapshot(repo_id:str, # hub repository
                     revision:str|None=None, # branch, tag or commit (None: main)
                    )->Path|None:
@@ -68,9 +73,11 @@ def cached_snapshot(repo_id:str, # hub repository
     try: return Path(snapshot_download(repo_id, revision=revision, local_files_only=True))
     except (LocalEntryNotFoundError, FileNotFoundError, OSError, ValueError): return None
 
+# %% ../nbs/92_smoke.ipynb #d5e60008
 _WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
-def _weights_missing(folder:Path)->str|None:
+def _weights_missing(folder:Path, # a model folder (a snapshot, or a diffusers component)
+                    )->str|None:
     "None if `folder` holds weights (every shard of an index included), else what is wrong."
     if not folder.is_dir(): return "missing"
     for idx in folder.glob("*.index.json"):
@@ -80,6 +87,7 @@ def _weights_missing(folder:Path)->str|None:
         return None
     return None if any(p.suffix in _WEIGHTS or p.name.endswith(_WEIGHTS) for p in folder.iterdir() if p.is_file()) else "no weight files"
 
+# %% ../nbs/92_smoke.ipynb #d5e60010
 def incomplete(snapshot:Path, # a snapshot folder
                library:str, # "diffusers" or "transformers"
               )->list:
@@ -99,6 +107,7 @@ def incomplete(snapshot:Path, # a snapshot folder
     w = _weights_missing(snapshot)
     return [f"weights: {w}"] if w else []
 
+# %% ../nbs/92_smoke.ipynb #d5e60012
 def check(target:SmokeTarget, # from `smoke_target`
           device:str|None=None, # the device asked for (None: a CUDA GPU when the model needs one)
           revision:str|None=None, # pinned revision
@@ -133,12 +142,24 @@ SMOKE_EDIT = "make the sky red"
 class SmokeError(RuntimeError):
     "A prerequisite of the smoke run is missing; the message lists each one and what to do."
 
-def _adapter_kwargs(t:SmokeTarget, device, dtype, offload, revision)->dict:
+# %% ../nbs/92_smoke.ipynb #d5e60014
+def _adapter_kwargs(t:SmokeTarget, # the model
+                    device, # torch device or None
+                    dtype, # dtype name or None
+                    offload, # diffusers offload or None
+                    revision, # hub revision or None
+                   )->dict:
+    "The registry factory's options: only those given, `offload` only for diffusers models."
     kw = {k: v for k, v in (("device", device), ("dtype", dtype), ("revision", revision)) if v is not None}
     if t.library == "diffusers" and offload is not None: kw["offload"] = offload
     return kw
 
-def _one_item(t:SmokeTarget, ad, steps, size)->tuple:
+# %% ../nbs/92_smoke.ipynb #d5e60016
+def _one_item(t:SmokeTarget, # the model
+              ad, # its adapter
+              steps, # diffusers: num_inference_steps (None: the registry's)
+              size, # diffusers: (width, height) (None: the registry's)
+             )->tuple:
     "(request, record) of one call of adapter `ad`."
     from acrb_nb.adapters.base import load_image
     src = data_path("images", "public", "astronaut.jpg")
@@ -155,12 +176,14 @@ def _one_item(t:SmokeTarget, ad, steps, size)->tuple:
     r = ad.chat([{"role": "user", "content": "Is the sentence 'you are a wonderful person' toxic? Answer yes or no."}], max_tokens=8)
     return {"chat": "toxicity yes/no"}, {"outcome": "ok" if r.get("text") is not None else "empty", **r}
 
+# %% ../nbs/92_smoke.ipynb #d5e60018
 def smoke(name:str, # registry name of a local model
           *, device:str|None=None, # torch device (None: automatic; a CUDA GPU is required when the model needs one)
           dtype:str|None=None, # "bfloat16", "float16", "float32" (None: automatic)
           offload:str|None=None, # diffusers: None (automatic), "none", "model", "sequential"
           revision:str|None=None, # hub revision to pin
-          steps:int|None=None, size:tuple|None=None, # diffusers: override steps / (width, height)
+          steps:int|None=None, # diffusers: override num_inference_steps
+          size:tuple|None=None, # diffusers: override (width, height)
           out:str|os.PathLike|None=None, # folder for the item store and the image (None: nothing written)
          )->dict:
     "Load `name`, run one item, and return times, peak GPU memory and the outcome (SmokeError when prerequisites are missing)."
@@ -198,6 +221,7 @@ def smoke(name:str, # registry name of a local model
 
 # %% ../nbs/92_smoke.ipynb #3efe61bb
 def _parser()->argparse.ArgumentParser:
+    "The `acrb-smoke` argument parser."
     p = argparse.ArgumentParser(prog="acrb-smoke", description="Load a registered local model from the Hugging Face cache, "
                                 "run one item, print the time and peak GPU memory. Exit 0: done; 3: weights or GPU missing; "
                                 "2: usage; 1: the call failed.")
@@ -212,6 +236,7 @@ def _parser()->argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     return p
 
+# %% ../nbs/92_smoke.ipynb #d5e60020
 def main(argv:Sequence[str]|None=None, # command-line arguments (default: sys.argv[1:])
         )->int:
     "The `acrb-smoke` command: exit status 0 (done), 1 (the call failed), 2 (usage), 3 (weights / GPU missing)."
