@@ -209,7 +209,8 @@ def patched_interface(cls:type, # an adapter class whose interface methods were 
 
 # %% ../../nbs/05_adapters.base.ipynb #5140d1ba
 _ADAPTER_MODULES = ["acrb_nb.adapters.sim", "acrb_nb.adapters.text", "acrb_nb.adapters.vision",
-                    "acrb_nb.adapters.images", "acrb_nb.adapters.diffusion", "acrb_nb.adapters.clip"]
+                    "acrb_nb.adapters.images", "acrb_nb.adapters.diffusion", "acrb_nb.adapters.clip",
+                    "acrb_nb.adapters.tiny"]
 
 @dataclasses.dataclass(frozen=True)
 class RegistryEntry:

@@ -71,6 +71,19 @@ DIFFUSION_MODELS = {
                                 license="test fixture (random weights)"),
 }
 
+# %% ../../nbs/05f_adapters.diffusion.ipynb #c8e2d3f5
+def _tiny_twin(key:str, # a real entry of DIFFUSION_MODELS
+               **call_kwargs, # __call__ arguments added to the entry's own
+              )->DiffusionModel:
+    "`DIFFUSION_MODELS[key]` with its tiny twin's weights (`tiny:<key>`), 2 steps and 32×32 outputs."
+    m = DIFFUSION_MODELS[key]
+    return dataclasses.replace(m, model_id=f"tiny:{key}", steps=2, size=(32, 32), call_kwargs={**m.call_kwargs, **call_kwargs},
+                               vram_gb=0.0, needs="CPU, ~1 MB of random weights", license="test fixture (random weights)")
+
+DIFFUSION_MODELS.update({f"tiny-{k}": _tiny_twin(k, **kw) for k, kw in (
+    ("flux", {}), ("flux-dev", {}), ("sd3", {}), ("sdxl", {}), ("sd15", {}), ("instruct-pix2pix", {}),
+    ("flux-kontext", {"height": 32, "width": 32, "max_area": 32 * 32}), ("qwen-image-edit", {"height": 32, "width": 32}))})
+
 # %% ../../nbs/05f_adapters.diffusion.ipynb #0fa91a7f
 def _bytes_to_unicode()->dict:
     "GPT-2/CLIP byte → printable-unicode table used by byte-level BPE vocabularies."
@@ -206,11 +219,13 @@ def load_pipeline(model:DiffusionModel|str, # a `DiffusionModel` or a key of DIF
 # %% ../../nbs/05f_adapters.diffusion.ipynb #11626229
 def _load_new(m:DiffusionModel, device, torch_dtype, off, revision)->tuple:
     "Build or load, place on the device, and wrap as (pipeline, lock, settings)."
-    if m.model_id.startswith("tiny:"):
-        if m.model_id not in _TINY: raise ValueError(f"unknown tiny model {m.model_id!r}; known: {sorted(_TINY)}")
+    if m.model_id in _TINY:
         pipe = tiny_pipeline(*_TINY[m.model_id]).to(device)
         if torch_dtype != pipe.dtype: pipe.to(dtype=torch_dtype)
     else:
+        if m.model_id.startswith("tiny:"):  # a same-class twin: saved as a hub snapshot, then loaded as real weights are
+            from acrb_nb.adapters.tiny import tiny_snapshot
+            m = dataclasses.replace(m, model_id=str(tiny_snapshot(m.model_id, revision=revision)))
         pipe = _from_pretrained(m, torch_dtype, revision)
         if off == "model": pipe.enable_model_cpu_offload(device=device)
         elif off == "sequential": pipe.enable_sequential_cpu_offload(device=device)
@@ -426,8 +441,6 @@ for _k, _m in DIFFUSION_MODELS.items():
     _tiny = _m.model_id.startswith("tiny:")
     (IMAGE_GENERATORS if _m.task == "t2i" else IMAGE_EDITORS).register(
         _k, backend="diffusers", model_id=_m.model_id, needs=_m.needs,
-        tested="tiny config" if _tiny else "not run here (needs GPU + hub weights)" + (
-            "; same pipeline class and from_pretrained path run on tiny weights" if _m.pipeline in (
-                "StableDiffusionPipeline", "StableDiffusionInstructPix2PixPipeline") else ""),
+        tested=f"tiny {_m.pipeline} offline" + ("" if _tiny else f" (twin: tiny-{_k}, acrb_nb.adapters.tiny; real weights: acrb-smoke {_k})"),
         notes=f"{_m.pipeline}, {_m.steps} steps, guidance {_m.guidance}" + (", safety checker on" if _m.safety_checker else "")
               + (f"; {_m.license}" if _m.license else ""))(_diffusers_factory(_k))

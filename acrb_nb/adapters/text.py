@@ -404,11 +404,12 @@ def smollm2_135m(device:str|None=None, # torch device (None: `pick_device()`)
                       model_label="HuggingFaceTB/SmolLM2-135M-Instruct", **kw)
 
 @TEXT_LMS.register("tiny-gpt2", backend="transformers", model_id="GPT2Config(n_layer=2, n_embd=64, n_head=2)",
-                   needs="CPU, <10 MB", tested="tiny config", notes="random weights (seeded) + offline BPE tokenizer; tests only")
+                   needs="CPU, <10 MB", tested="tiny GPT2LMHeadModel offline", notes="random weights (seeded) + offline BPE tokenizer; tests only")
 def _tiny_gpt2_factory(**kw)->HFCausalLM: return tiny_gpt2(**kw)
 
 @TEXT_LMS.register("hf", backend="transformers", model_id="<model_id=hub id or local folder>",
-                   needs="depends on the model; GPU for > ~1B parameters", tested="tiny config (local folder), real offline (GGUF)",
+                   needs="depends on the model; GPU for > ~1B parameters",
+                   tested="tiny Qwen2ForCausalLM offline (a saved tiny-qwen2.5 folder), real offline (GGUF)",
                    notes="generic: TEXT_LMS.create('hf', model_id=..., gguf_file=..., revision=...)")
 def _hf_factory(model_id:str|None=None, **kw)->HFCausalLM:
     if model_id is None: raise ValueError("the 'hf' text LM needs model_id=<hub id or local folder>, e.g. "
@@ -416,7 +417,8 @@ def _hf_factory(model_id:str|None=None, **kw)->HFCausalLM:
     return HFCausalLM(model_id, **kw)
 
 @TEXT_LMS.register("qwen2.5-1.5b-instruct", backend="transformers", model_id="Qwen/Qwen2.5-1.5B-Instruct",
-                   needs="hub download ~3 GB; ~7.5 GB RAM on CPU or a small GPU", tested="not run here",
+                   needs="hub download ~3 GB; ~7.5 GB RAM on CPU or a small GPU",
+                   tested="tiny Qwen2ForCausalLM offline (twin: tiny-qwen2.5, acrb_nb.adapters.tiny; real weights: acrb-smoke qwen2.5-1.5b-instruct)",
                    notes="best small zero-shot toxicity judge measured in STACK_NOTES (AUC 0.765 on ToxiGen-200)")
 def _qwen25_15b(**kw)->HFCausalLM: return HFCausalLM("Qwen/Qwen2.5-1.5B-Instruct", **kw)
 

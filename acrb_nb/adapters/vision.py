@@ -13,7 +13,8 @@ from ..core import sha256_hex
 from .base import VISION_JUDGES, VisionJudge, image_to_png, load_image, pick_device, pick_dtype
 from .providers import (openai_client, genai_client, gemini_refusal, gemini_text, gemini_usage,
                                         enum_name, usage_dict)
-from .text import tiny_tokenizer
+from .text import tiny_tokenizer, score_from_top_logprobs
+from .labels import LabelJudgeMixin
 
 # %% auto #0
 __all__ = ['OpenAIVisionJudge', 'GeminiVisionJudge', 'HFVisionJudge', 'tiny_qwen2_vl', 'tiny_idefics3']
@@ -22,8 +23,9 @@ __all__ = ['OpenAIVisionJudge', 'GeminiVisionJudge', 'HFVisionJudge', 'tiny_qwen
 def _png_data_url(img)->str:
     return "data:image/png;base64," + base64.b64encode(image_to_png(load_image(img))).decode()
 
-class OpenAIVisionJudge(VisionJudge):
-    "OpenAI vision chat with `response_format=json_schema`; `message.refusal` → refused."
+class OpenAIVisionJudge(LabelJudgeMixin, VisionJudge):
+    "OpenAI vision chat with `response_format=json_schema` (or first-token `top_logprobs` in logprob mode); `message.refusal` → refused."
+    label_top_k = 20 # logprob mode: `top_logprobs` alternatives read (OpenAI allows 0..20)
     def __init__(self, model:str="gpt-4o-mini", # OpenAI model id
                  *, base_url:str|None=None, # API base URL (None: SDK default / OPENAI_BASE_URL)
                  timeout:float=120.0, # seconds per request
@@ -33,10 +35,14 @@ class OpenAIVisionJudge(VisionJudge):
                  strict:bool=False, # strict structured outputs (schema must be in OpenAI's strict subset)
                  schema_name:str="judgement", # `json_schema.name`
                  max_invalid_retries:int=2, # re-asks after an invalid answer
+                 mode:str="generate", # "generate" (JSON answer) or "logprob" (first-token label log-probabilities, `acrb_nb.adapters.labels`)
+                 labels:Mapping|None=None, # logprob mode: verdict -> answer word (None: the verdicts themselves)
+                 answer_hint:str|None=None, # logprob mode: the question's last line, `{options}` = the words (None: `ANSWER_HINT`)
                 ):
         self.model, self.base_url, self.timeout, self.temperature, self.max_tokens = model, base_url, timeout, temperature, max_tokens
         self.detail, self.strict, self.schema_name, self.max_invalid_retries = detail, strict, schema_name, max_invalid_retries
         self._client, self._lock = None, threading.Lock()
+        self._set_label_mode(mode, labels, answer_hint)
 
     @property
     def client(self):
@@ -68,7 +74,8 @@ class OpenAIVisionJudge(VisionJudge):
         "Provider, model, endpoint and the settings that shape answers (never the key)."
         return {"name": self.name, "backend": "openai", "model_id": self.model, "base_url": self.base_url,
                 "temperature": self.temperature, "max_tokens": self.max_tokens, "detail": self.detail, "strict": self.strict,
-                "max_invalid_retries": self.max_invalid_retries}
+                "max_invalid_retries": self.max_invalid_retries,
+                **({"label_top_k": self.label_top_k, **self.label_describe()} if self.mode != "generate" else {})}
 
 # %% ../../nbs/05b_adapters.vision.ipynb #2d0e2ba6
 for _m in ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "gpt-4.1"):
@@ -77,8 +84,9 @@ for _m in ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "gpt-4.1"):
         lambda _m=_m, **kw: OpenAIVisionJudge(_m, **kw))
 
 # %% ../../nbs/05b_adapters.vision.ipynb #37d61849
-class GeminiVisionJudge(VisionJudge):
-    "Gemini `generate_content` with image parts and a JSON response schema; block reasons → refused."
+class GeminiVisionJudge(LabelJudgeMixin, VisionJudge):
+    "Gemini `generate_content` with image parts and a JSON response schema (or `logprobs_result` in logprob mode); block reasons → refused."
+    label_top_k = 20 # logprob mode: `logprobs` top candidates read (Gemini allows 1..20)
     def __init__(self, model:str="gemini-2.5-flash", # Gemini model id
                  *, base_url:str|None=None, # API base URL (None: SDK default)
                  timeout:float=120.0, # seconds per request
@@ -87,12 +95,16 @@ class GeminiVisionJudge(VisionJudge):
                  thinking_budget:int|None=None, # None: model default; 0: no thinking (2.5 Flash)
                  schema_field:str="response_json_schema", # or "response_schema" (OpenAPI subset)
                  max_invalid_retries:int=2, # re-asks after an invalid answer
+                 mode:str="generate", # "generate" (JSON answer) or "logprob" (first-token label log-probabilities, `acrb_nb.adapters.labels`)
+                 labels:Mapping|None=None, # logprob mode: verdict -> answer word (None: the verdicts themselves)
+                 answer_hint:str|None=None, # logprob mode: the question's last line, `{options}` = the words (None: `ANSWER_HINT`)
                 ):
         if schema_field not in ("response_json_schema", "response_schema"):
             raise ValueError(f"schema_field must be 'response_json_schema' or 'response_schema', got {schema_field!r}")
         self.model, self.base_url, self.timeout, self.temperature, self.max_tokens = model, base_url, timeout, temperature, max_tokens
         self.thinking_budget, self.schema_field, self.max_invalid_retries = thinking_budget, schema_field, max_invalid_retries
         self._client, self._lock = None, threading.Lock()
+        self._set_label_mode(mode, labels, answer_hint)
 
     @property
     def client(self):
@@ -125,7 +137,8 @@ class GeminiVisionJudge(VisionJudge):
         "Provider, model, endpoint and the settings that shape answers (never the key)."
         return {"name": self.name, "backend": "google-genai", "model_id": self.model, "base_url": self.base_url,
                 "temperature": self.temperature, "max_tokens": self.max_tokens, "thinking_budget": self.thinking_budget,
-                "schema_field": self.schema_field, "max_invalid_retries": self.max_invalid_retries}
+                "schema_field": self.schema_field, "max_invalid_retries": self.max_invalid_retries,
+                **({"label_top_k": self.label_top_k, **self.label_describe()} if self.mode != "generate" else {})}
 
 # %% ../../nbs/05b_adapters.vision.ipynb #00eb86e5
 for _m, _tb in (("gemini-2.5-flash", 0), ("gemini-2.5-pro", None), ("gemini-2.0-flash", None)):
@@ -158,8 +171,8 @@ def _load_vlm(model_id, revision, device, dtype, trust_remote_code, model_kwargs
 # %% ../../nbs/05b_adapters.vision.ipynb #ba12a73e
 _SCHEMA_HINT = "\n\nReply with only a JSON object that matches this JSON schema:\n{schema}"
 
-class HFVisionJudge(VisionJudge):
-    "A transformers image-text-to-text model as a judge: processor chat template with image placeholders, greedy decoding."
+class HFVisionJudge(LabelJudgeMixin, VisionJudge):
+    "A transformers image-text-to-text model as a judge: processor chat template with image placeholders, greedy decoding or label log-probabilities."
     def __init__(self, model_id:str|os.PathLike|None=None, # hub id or local folder
                  *, revision:str|None=None, # hub branch, tag or commit
                  device:str|None=None, # torch device (None: `pick_device()`)
@@ -173,8 +186,13 @@ class HFVisionJudge(VisionJudge):
                  trust_remote_code:bool=False, # allow custom modelling code from the hub
                  model_kwargs:Mapping|None=None, # further `from_pretrained` options
                  max_invalid_retries:int=2, # re-asks after an invalid answer
+                 mode:str="generate", # "generate" (greedy JSON answer) or "logprob" (label log-probabilities: always a verdict)
+                 labels:Mapping|None=None, # logprob mode: verdict -> answer word (None: the verdicts themselves)
+                 answer_hint:str|None=None, # logprob mode: the question's last line, `{options}` = the words (None: `ANSWER_HINT`)
+                 label_prefix:str|None=None, # logprob mode: put before each word (None: " " after a prompt not ending in space)
                 ):
         if (model is None) != (processor is None): raise ValueError("pass both `model` and `processor`, or neither")
+        self._set_label_mode(mode, labels, answer_hint); self.label_prefix = label_prefix
         if model is None and model_id is None: raise ValueError("give a hub id / local folder as `model_id`, or `model` and `processor`")
         self.model_id, self.revision, self.model_label = (str(model_id) if model_id is not None else None), revision, model_label
         self.max_new_tokens, self.schema_in_prompt, self.max_invalid_retries = int(max_new_tokens), schema_in_prompt, max_invalid_retries
@@ -205,14 +223,14 @@ class HFVisionJudge(VisionJudge):
 @patch
 def conversation(self:HFVisionJudge, images, # PIL images (placeholders go in the first user turn)
                  messages, # the conversation so far
-                 schema, # JSON schema the answer must satisfy (appended as a hint)
+                 schema, # JSON schema the answer must satisfy (appended as a hint; None: no hint)
                 )->list:
     "The transformers multimodal chat messages for one call (image placeholders in the first user turn)."
     out = []
     for k, m in enumerate(messages):
         text = m["content"]
         if k == 0:
-            if self.schema_in_prompt: text = text + _SCHEMA_HINT.format(schema=json.dumps(schema))
+            if self.schema_in_prompt and schema is not None: text = text + _SCHEMA_HINT.format(schema=json.dumps(schema))
             content = [*({"type": "image"} for _ in images), {"type": "text", "text": text}]
         else: content = [{"type": "text", "text": text}]
         out.append({"role": m["role"], "content": content})
@@ -245,7 +263,8 @@ def describe(self:HFVisionJudge)->dict:
             "dtype": str(self.dtype).replace("torch.", ""), "device": str(self.device),
             "chat_template_sha256": sha256_hex(tmpl) if isinstance(tmpl, str) else None,
             "decoding": "greedy", "max_new_tokens": self.max_new_tokens, "schema_in_prompt": self.schema_in_prompt,
-            "max_invalid_retries": self.max_invalid_retries}
+            "max_invalid_retries": self.max_invalid_retries,
+            **({"label_prefix": self.label_prefix, **self.label_describe()} if self.mode != "generate" else {})}
 
 # %% ../../nbs/05b_adapters.vision.ipynb #a22da36a
 _QWEN2VL_TEMPLATE = ("{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
@@ -319,32 +338,123 @@ def tiny_idefics3(seed:int=0, # weight seed
     return model, proc
 
 # %% ../../nbs/05b_adapters.vision.ipynb #77ae8f89
-for _name, _hub, _needs in (("qwen2.5-vl-3b", "Qwen/Qwen2.5-VL-3B-Instruct", "GPU ≥ 12 GB (bf16); hub download ~7.5 GB"),
-                            ("qwen2.5-vl-7b", "Qwen/Qwen2.5-VL-7B-Instruct", "GPU ≥ 24 GB (bf16); hub download ~16 GB"),
-                            ("qwen3-vl-8b", "Qwen/Qwen3-VL-8B-Instruct", "GPU ≥ 24 GB (bf16); hub download ~17 GB"),
-                            ("smolvlm-256m", "HuggingFaceTB/SmolVLM-256M-Instruct",
-                             "CPU ok, ~1.5 GB RAM; hub download ~0.5 GB; `pip install num2words` if it loads SmolVLMProcessor")):
-    VISION_JUDGES.register(_name, backend="transformers", model_id=_hub, needs=_needs,
-                           tested=f"not run here (code path: tiny {'Idefics3' if 'smol' in _name else 'Qwen2-VL'} config)",
-                           notes="AutoProcessor + AutoModelForImageTextToText, greedy; schema in the prompt")(
-        lambda _hub=_hub, **kw: HFVisionJudge(_hub, **kw))
+_TWIN_TESTED = "tiny {} offline (twin: {}, acrb_nb.adapters.tiny)"
+for _name, _hub, _needs, _cls, _twin in (
+        ("qwen2.5-vl-3b", "Qwen/Qwen2.5-VL-3B-Instruct", "GPU ≥ 12 GB (bf16); hub download ~7.5 GB", "Qwen2_5_VLForConditionalGeneration", "tiny-qwen2.5-vl"),
+        ("qwen2.5-vl-7b", "Qwen/Qwen2.5-VL-7B-Instruct", "GPU ≥ 24 GB (bf16); hub download ~16 GB", "Qwen2_5_VLForConditionalGeneration", "tiny-qwen2.5-vl"),
+        ("qwen3-vl-8b", "Qwen/Qwen3-VL-8B-Instruct", "GPU ≥ 24 GB (bf16); hub download ~17 GB", "Qwen3VLForConditionalGeneration", "tiny-qwen3-vl"),
+        ("smolvlm-256m", "HuggingFaceTB/SmolVLM-256M-Instruct",
+         "CPU ok, ~1.5 GB RAM; hub download ~0.5 GB; `pip install num2words` if it loads SmolVLMProcessor", "Idefics3ForConditionalGeneration", "tiny-idefics3")):
+    VISION_JUDGES.register(_name, backend="transformers", model_id=_hub, needs=_needs, tested=_TWIN_TESTED.format(_cls, _twin),
+                           notes="AutoProcessor + AutoModelForImageTextToText; label log-probabilities (mode='generate': greedy JSON)")(
+        lambda _hub=_hub, **kw: HFVisionJudge(_hub, **{"mode": "logprob", **kw}))
 
 @VISION_JUDGES.register("hf-vlm", backend="transformers", model_id="<model_id=hub id or local folder>",
-                        needs="depends on the model", tested="tiny config (local folder)",
-                        notes="generic: VISION_JUDGES.create('hf-vlm', model_id=...)")
+                        needs="depends on the model", tested=_TWIN_TESTED.format("Qwen2_5_VLForConditionalGeneration", "a saved tiny-qwen2.5-vl folder"),
+                        notes="generic: VISION_JUDGES.create('hf-vlm', model_id=...); label log-probabilities unless mode='generate'")
 def _hf_vlm(model_id:str|None=None, **kw)->HFVisionJudge:
     if model_id is None: raise ValueError("the 'hf-vlm' judge needs model_id=<hub id or local folder>, e.g. "
                                           "VISION_JUDGES.create('hf-vlm', model_id='Qwen/Qwen2.5-VL-7B-Instruct')")
-    return HFVisionJudge(model_id, **kw)
+    return HFVisionJudge(model_id, **{"mode": "logprob", **kw})
 
 @VISION_JUDGES.register("tiny-qwen2-vl", backend="transformers", model_id="Qwen2VLConfig(2 layers, 64 wide, 1 vision block)",
-                        needs="CPU, <5 MB", tested="tiny config", notes="random weights: exercises the code path, never answers validly")
+                        needs="CPU, <5 MB", tested="tiny Qwen2VLForConditionalGeneration offline",
+                        notes="random weights; label log-probabilities (mode='generate' never writes valid JSON)")
 def _tiny_qwen2_vl(seed:int=0, **kw)->HFVisionJudge:
     m, p = tiny_qwen2_vl(seed)
-    return HFVisionJudge(model=m, processor=p, model_label=f"tiny-qwen2-vl(seed={seed})", **kw)
+    return HFVisionJudge(model=m, processor=p, model_label=f"tiny-qwen2-vl(seed={seed})", **{"mode": "logprob", **kw})
 
 @VISION_JUDGES.register("tiny-idefics3", backend="transformers", model_id="Idefics3Config(2 layers, 64 wide, 1 vision block)",
-                        needs="CPU, <5 MB", tested="tiny config", notes="SmolVLM architecture, random weights; tests only")
+                        needs="CPU, <5 MB", tested="tiny Idefics3ForConditionalGeneration offline",
+                        notes="SmolVLM architecture, random weights; label log-probabilities unless mode='generate'")
 def _tiny_idefics3(seed:int=0, **kw)->HFVisionJudge:
     m, p = tiny_idefics3(seed)
-    return HFVisionJudge(model=m, processor=p, model_label=f"tiny-idefics3(seed={seed})", **kw)
+    return HFVisionJudge(model=m, processor=p, model_label=f"tiny-idefics3(seed={seed})", **{"mode": "logprob", **kw})
+
+# %% ../../nbs/05b_adapters.vision.ipynb #b1e0c7a2
+@patch
+def _label_logprobs(self:OpenAIVisionJudge, images, # PIL images
+                    messages, # the question (one user message)
+                    words, # answer words to score
+                    seed, # request seed (None: none)
+                   )->dict:
+    "One token with `logprobs=True, top_logprobs=label_top_k`; each word read from the first token's alternatives."
+    r = self.client.chat.completions.create(
+        model=self.model, messages=self._messages(images, messages), temperature=0.0, max_completion_tokens=1, seed=seed,
+        logprobs=True, top_logprobs=self.label_top_k)
+    ch = r.choices[0]
+    usage = {"calls": 1, **usage_dict(r.usage, {"prompt_tokens": "prompt_tokens", "completion_tokens": "completion_tokens"})}
+    refusal = getattr(ch.message, "refusal", None) or ("content_filter" if ch.finish_reason == "content_filter" else None)
+    if refusal: return {"refusal": refusal, "usage": usage}
+    content = getattr(ch.logprobs, "content", None) if ch.logprobs is not None else None
+    if not content:
+        return {"logprobs": [np.nan] * len(words), "missing": [True] * len(words), "usage": usage,
+                "error": f"{self.model} returned no logprobs (reasoning models do not offer them); use mode='generate'"}
+    top = [(a.token, a.logprob) for a in content[0].top_logprobs] or [(content[0].token, content[0].logprob)]
+    lp, missing, _ = score_from_top_logprobs(top, words, case_sensitive=False)
+    return {"logprobs": lp, "missing": missing, "usage": usage, "raw": {"top": top}}
+
+# %% ../../nbs/05b_adapters.vision.ipynb #b1e0c7a4
+@patch
+def _label_logprobs(self:GeminiVisionJudge, images, # PIL images
+                    messages, # the question (one user message)
+                    words, # answer words to score
+                    seed, # request seed (None: none)
+                   )->dict:
+    "A plain-text answer with `response_logprobs=True, logprobs=label_top_k`; each word read from the first token's candidates."
+    from google.genai import types
+    kw = {"response_logprobs": True, "logprobs": self.label_top_k}
+    if self.thinking_budget is not None: kw["thinking_config"] = types.ThinkingConfig(thinking_budget=self.thinking_budget)
+    r = self.client.models.generate_content(model=self.model, contents=self._contents(images, messages), config=types.GenerateContentConfig(
+        temperature=0.0, max_output_tokens=1 if self.thinking_budget == 0 else self.max_tokens, seed=seed, **kw))
+    refusal, _ = gemini_refusal(r)
+    usage = {"calls": 1, **gemini_usage(r)}
+    if refusal: return {"refusal": refusal, "usage": usage}
+    cands = r.candidates or []
+    lr = cands[0].logprobs_result if cands else None
+    if lr is None or not lr.top_candidates or not lr.top_candidates[0].candidates:
+        return {"logprobs": [np.nan] * len(words), "missing": [True] * len(words), "usage": usage,
+                "error": f"Gemini model {self.model!r} returned no logprobs_result although response_logprobs=True was "
+                         "set: this model / API version does not expose log-probabilities; use mode='generate'"}
+    top = [(c.token, c.log_probability) for c in lr.top_candidates[0].candidates]
+    lp, missing, _ = score_from_top_logprobs(top, words, case_sensitive=False)
+    return {"logprobs": lp, "missing": missing, "usage": usage, "raw": {"top": top}}
+
+# %% ../../nbs/05b_adapters.vision.ipynb #b1e0c7a6
+@patch
+def label_prefix_for(self:HFVisionJudge, prompt:str, # the rendered chat prompt
+                    )->str:
+    "What goes between the rendered prompt and an answer word: `label_prefix`, else ' ' unless the prompt ends in whitespace."
+    if self.label_prefix is not None: return self.label_prefix
+    return "" if (not prompt or prompt[-1].isspace()) else " "
+
+# %% ../../nbs/05b_adapters.vision.ipynb #b1e0c7a8
+@patch
+def _label_logprobs(self:HFVisionJudge, images, # PIL images
+                    messages, # the question (one user message)
+                    words, # answer words to score
+                    seed, # unused: scoring is deterministic
+                   )->dict:
+    "log P(word | chat-templated prompt with the images) for each word, from one right-padded batch (one row per word)."
+    import torch
+    with self._lock, torch.inference_mode():
+        prompt = self.processor.apply_chat_template(self.conversation(images, messages, None), add_generation_prompt=True, tokenize=False)
+        imgs = [load_image(im) for im in images]
+        pre = self.label_prefix_for(prompt)
+        n = len(words)
+        p_ids = self.processor(text=[prompt], images=[imgs] if imgs else None, return_tensors="pt")["input_ids"][0].tolist()
+        enc = self.processor(text=[prompt + pre + w for w in words], images=[imgs] * n if imgs else None,
+                             padding=True, padding_side="right", return_tensors="pt")
+        enc = {k: (v.to(self.device, dtype=self.dtype) if torch.is_floating_point(v) else v.to(self.device)) if hasattr(v, "to") else v
+               for k, v in enc.items()}
+        logp = torch.log_softmax(self.model(**enc).logits.float(), dim=-1)
+        ids, mask, out, scored = enc["input_ids"], enc["attention_mask"], [], 0
+        for r in range(n):
+            row = ids[r, mask[r].bool()].tolist()
+            c = 0
+            while c < min(len(p_ids), len(row)) and p_ids[c] == row[c]: c += 1
+            if c == len(row): raise ValueError(f"answer word {words[r]!r} adds no tokens after the prompt")
+            pos, scored = torch.arange(c - 1, len(row) - 1, device=logp.device), scored + len(row) - c
+            out.append(float(logp[r, pos].gather(-1, torch.tensor(row[c:], device=logp.device)[:, None]).sum()))
+    return {"logprobs": out, "missing": [False] * n, "refusal": None,
+            "usage": {"calls": 1, "prompt_tokens": len(p_ids), "scored_tokens": scored}, "raw": {}}
