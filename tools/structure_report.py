@@ -14,7 +14,7 @@ LAYERS = [
     ("core", ["core"]),
     ("infrastructure", ["store", "runner", "stats", "data", "testing"]),
     ("adapters", ["adapters"]),
-    ("execution", ["ray_exec", "execution", "validation"]),
+    ("execution", ["ray_exec", "execution", "validation", "planning"]),
     ("studies", ["acrb", "toxicity", "fairness", "iat"]),
     ("reports", ["report", "smoke"]),
 ]

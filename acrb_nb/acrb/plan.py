@@ -12,17 +12,15 @@ import pandas as pd
 from scipy import special
 from statsmodels.stats.power import NormalIndPower
 from statsmodels.stats.proportion import proportion_effectsize
-from ..adapters.base import IMAGE_GENERATORS, IMAGE_EDITORS, RegistryEntry
-from ..adapters.images import GOOGLE_IMAGE_PRICES, OPENAI_IMAGE_PRICES, openai_image_cost
+from ..adapters.base import IMAGE_GENERATORS, IMAGE_EDITORS
+from ..planning import (DEFAULT_CONCURRENCY, declared as _declared, image_price, judge_correlation,
+                              labels_for_width, width_for_labels)
 from .prompts import DOMAINS, load_attributes, load_base_prompts
 
 # %% auto #0
-__all__ = ['DEFAULT_CONCURRENCY', 'items_per_group', 'design_for', 'image_price', 'judge_correlation', 'labels_for_width',
-           'width_for_labels', 'plan_audit']
+__all__ = ['items_per_group', 'design_for', 'plan_audit']
 
 # %% ../../nbs/16_acrb.plan.ipynb #56569283
-DEFAULT_CONCURRENCY = 4 # what `execution.run_model_items` uses when neither max_workers nor the adapter's `max_concurrency` is set
-
 def items_per_group(mde:float, # smallest difference between two groups' rates to detect
                     base_rate:float, # rate of the lower group
                     power:float=0.8, # desired power
@@ -53,62 +51,6 @@ def design_for(n_items:int, # items each cell needs
     raise ValueError(f"{n_items} effective items per cell cannot be reached with {prompts_available} prompts "
                      f"(at icc={icc} the most is {prompts_available / icc if icc else float('inf'):.0f}): add domains, "
                      "base prompts or source images, or relax mde / power")
-
-# %% ../../nbs/16_acrb.plan.ipynb #5cd254c3
-def _declared(entry:RegistryEntry, attr:str):
-    "An attribute declared on a registry factory (or the class it is), without calling it."
-    v = getattr(entry.factory, attr, None)
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-def image_price(model:str, # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) registry name
-                mode:str="t2i", # "t2i" or "i2i"
-                size:str|None=None, # image size (OpenAI; None: 1024x1024)
-                quality:str|None=None, # OpenAI quality (None: the adapter's default)
-               )->dict:
-    "USD per delivered image from the adapter's price table (no adapter is created), with where the number comes from."
-    if mode not in ("t2i", "i2i"): raise ValueError(f"mode must be 't2i' or 'i2i', got {mode!r}")
-    e = (IMAGE_GENERATORS if mode == "t2i" else IMAGE_EDITORS).entry(model)
-    if e.backend == "openai":
-        p = openai_image_cost(e.model_id, size, quality, 1)
-        src = f"OPENAI_IMAGE_PRICES ({OPENAI_IMAGE_PRICES['as_of']})" if p is not None else f"no OpenAI price for {e.model_id} at size={size}, quality={quality}"
-    elif e.backend.startswith("google-genai"):
-        t = GOOGLE_IMAGE_PRICES.get(e.model_id)
-        p = float(t["per_image"]) if isinstance(t, dict) else None
-        src = f"GOOGLE_IMAGE_PRICES ({GOOGLE_IMAGE_PRICES['as_of']})" if p is not None else f"no Google price for {e.model_id}"
-    elif e.backend in ("diffusers", "sim"): p, src = 0.0, f"local {e.backend} model: no API price (GPU time not costed)"
-    else: p, src = None, f"no price table for back-end {e.backend!r}"
-    return {"model": model, "backend": e.backend, "model_id": e.model_id, "usd_per_image": p, "source": src}
-
-# %% ../../nbs/16_acrb.plan.ipynb #8af0afbb
-def judge_correlation(base_rate:float, # planned rate θ
-                      accuracy:float, # judge sensitivity = specificity
-                     )->float:
-    "Correlation between a binary truth with rate θ and a judge of the given (symmetric) accuracy."
-    if not 0 < base_rate < 1 or not 0.5 <= accuracy <= 1: raise ValueError(f"need 0 < base_rate < 1 and 0.5 ≤ accuracy ≤ 1, got {base_rate}, {accuracy}")
-    q = base_rate * accuracy + (1 - base_rate) * (1 - accuracy)
-    return base_rate * (accuracy - q) / math.sqrt(base_rate * (1 - base_rate) * q * (1 - q))
-
-def labels_for_width(width:float, # full width of the 95% interval wanted for each corrected rate
-                     n_items:float, # judged items of the group (N)
-                     base_rate:float, # planned rate θ
-                     rho:float, # correlation between human label and judge verdict
-                     alpha:float=0.05, # 1 - confidence level
-                    )->float:
-    "Labels per group for a PPI++ interval of full width `width` (asymptotic variance formula); NaN if unreachable."
-    z = special.ndtri(1 - alpha / 2); s2 = base_rate * (1 - base_rate); w = width / 2
-    den = w * w / (z * z) - s2 * rho * rho / n_items
-    if den <= 0: return float("nan")
-    return min(float(n_items), s2 * (1 - rho * rho) / den)
-
-def width_for_labels(n_labels:float, # labels per group
-                     n_items:float, # judged items of the group
-                     base_rate:float, # planned rate θ
-                     rho:float, # correlation between human label and judge verdict
-                     alpha:float=0.05, # 1 - confidence level
-                    )->float:
-    "Full width of the PPI++ 95% interval of a group rate with `n_labels` labels (asymptotic)."
-    z = special.ndtri(1 - alpha / 2); s2 = base_rate * (1 - base_rate)
-    return 2 * z * math.sqrt(s2 * (1 - rho * rho) / n_labels + s2 * rho * rho / n_items)
 
 # %% ../../nbs/16_acrb.plan.ipynb #fd6c5965
 def plan_audit(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) registry name

@@ -7,14 +7,16 @@ from __future__ import annotations
 import dataclasses, difflib, math, re
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, Sequence
 import numpy as np
+import pandas as pd
 from ..core import data_path, sha256_hex, read_yaml, check_keys, ConfigError
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['BLANK_KINDS', 'sim_data_path', 'SimConfigError', 'phrases_regex', 'check_number', 'PlantedAttribute', 'PlantedDomain',
-           'PlantedACRB', 'load_planted_acrb', 'PlantedIAT', 'load_planted_iat']
+           'PlantedACRB', 'load_planted_acrb', 'PlantedIAT', 'load_planted_iat', 'planted_trial_probs',
+           'planted_effects', 'compare_planted']
 
 # %% ../../nbs/05g_adapters.planted.ipynb #1c23a41b
 def sim_data_path(name:str, # file name inside data/sim/, e.g. "planted_acrb.yaml"
@@ -444,3 +446,75 @@ def _build_iat(src)->PlantedIAT:
     except re.error as e: raise SimConfigError(f"{where}: profile.regex is not a valid regular expression: {e}") from e
     return PlantedIAT(str(raw.get("name") or Path(where).stem), pos, neg, associations, patterns, weights, bias, rx,
                       sha256_hex(raw), where)
+
+# %% ../../nbs/05g_adapters.planted.ipynb #29a507d0
+def planted_trial_probs(trials:pd.DataFrame|Sequence[Mapping], # IAT trials (iat.trials.make_trials) or their results
+                        iat_config=None, # planted IAT config of the simulator: path, dict, PlantedIAT or None (shipped)
+                       )->pd.DataFrame:
+    "Planted P(choice = A), stated confidence and P(hit) of every trial under the simulator's documented choice model."
+    P = load_planted_iat(iat_config)
+    t = pd.DataFrame(trials) if not isinstance(trials, pd.DataFrame) else trials
+    wa, wm, b = P.weights["association"], P.weights["match"], P.position_bias
+    out = []
+    for r in t.itertuples(index=False):
+        lines = {"A": r.option_A, "B": r.option_B}
+        question = "\n".join(l for l in r.instruction.splitlines() if not re.match(r"^\s*[AB]\s*[:)]", l))
+        qv = P.valence(question)
+        attrs = list(r.image_attributes or [])
+        U = []
+        for i, o in enumerate("AB"):
+            a = attrs[i] if len(attrs) >= 2 else (attrs[0] if attrs else {})
+            v = P.valence(lines[o]) or qv
+            m = int(any(a.get(dim) == val for dim, val in P.find_values(lines[o])))
+            U.append(wa * v * P.association(a) + wm * m + b * (i == 0))
+        pA = 1.0 / (1.0 + math.exp(-(U[0] - U[1])))
+        out.append({"trial_id": r.trial_id, "p_A": pA, "confidence": min(100, max(1, round(100 * max(pA, 1 - pA)))),
+                    "p_hit": pA if r.hit_pos == "A" else 1 - pA})
+    return pd.DataFrame(out)
+
+# %% ../../nbs/05g_adapters.planted.ipynb #14536276
+def planted_effects(trials:pd.DataFrame, # IAT trials (or scored results) with trial_id, pair_id, condition, hit_pos
+                    iat_config=None, # planted IAT config (see planted_trial_probs)
+                    p_ok:float=1.0, # probability that a trial gets a valid answer (refusals/invalid score 0)
+                   )->pd.DataFrame:
+    "Per attribute pair, the values the IAT's pair_effects should recover on the simulator: r_A, r_B, position bias, corrected rate, D."
+    P = load_planted_iat(iat_config)
+    pr = planted_trial_probs(trials, P).set_index("trial_id")
+    t = trials.drop_duplicates("trial_id").set_index("trial_id")[["pair_id", "condition", "hit_pos", "target_attr", "option1", "option2", "design"]].join(pr)
+    cong = t.condition == "congruent"
+    t["p_cc"] = np.where(cong, t.p_hit, 1 - t.p_hit)
+    t["cc_pos"] = np.where(cong, t.hit_pos, t.hit_pos.map({"A": "B", "B": "A"}))
+    c = t.confidence / 100
+    t["Eq"], t["Eq2"] = p_ok * c * (2 * t.p_hit - 1), p_ok * c ** 2
+    rows = []
+    for pid, d in t.groupby("pair_id", sort=False):
+        rA, rB = d.p_cc[d.cc_pos == "A"].mean(), d.p_cc[d.cc_pos == "B"].mean()
+        ds = []
+        for _, s in d.groupby("hit_pos"):
+            sd = math.sqrt(max(s.Eq2.mean() - s.Eq.mean() ** 2, 0))
+            ds.append((s.Eq[s.condition == "congruent"].mean() - s.Eq[s.condition == "incongruent"].mean()) / sd if sd > 0 else np.nan)
+        dim, o1, o2 = d.target_attr.iloc[0], d.option1.iloc[0], d.option2.iloc[0]
+        delta = P.associations.get(dim, {}).get(o1, 0.0) - P.associations.get(dim, {}).get(o2, 0.0)
+        rows.append({"pair_id": pid, "delta": delta, "assoc_logit_paired": P.weights["association"] * delta,
+                     "bias_logit_paired": P.position_bias, "cc_rate": d.p_cc.mean(), "r_A": rA, "r_B": rB,
+                     "cc_adj": (rA + rB) / 2, "position_bias": (rA - rB) / 2, "D": float(np.mean(ds))})
+    return pd.DataFrame(rows)
+
+# %% ../../nbs/05g_adapters.planted.ipynb #f493a9a9
+_METRICS = {"D": ("D", "D_lo", "D_hi"), "cc_adj": ("cc_adj", "cc_adj_lo", "cc_adj_hi"),
+            "position_bias": ("position_bias", "position_bias_lo", "position_bias_hi")}
+
+def compare_planted(effects:pd.DataFrame, # per-pair estimates with intervals (the IAT's pair_effects)
+                    planted:pd.DataFrame, # from planted_effects
+                    z:float=1.959964, # normal quantile of the intervals (95%: 1.96), to turn widths into standard errors
+                   )->pd.DataFrame:
+    "Long table of planted vs recovered values: estimate, interval, inside, and the standardised deviation."
+    m = effects.merge(planted, on="pair_id", suffixes=("", "_planted"))
+    rows = []
+    for r in m.to_dict("records"):
+        for name, (v, lo, hi) in _METRICS.items():
+            se = (r[hi] - r[lo]) / (2 * z)
+            rows.append({"pair_id": r["pair_id"], "metric": name, "planted": r[v + "_planted"], "estimate": r[v], "lo": r[lo],
+                         "hi": r[hi], "inside": bool(r[lo] <= r[v + "_planted"] <= r[hi]),
+                         "z": (r[v] - r[v + "_planted"]) / se if se > 0 else np.nan})
+    return pd.DataFrame(rows)
