@@ -23,7 +23,8 @@ from typing import Any, Mapping
 # %% auto #0
 __all__ = ['HEADLINE_MIME', 'STUDIES', 'ParameterError', 'SecretParameterError', 'template_parameters', 'parse_value',
            'check_secrets', 'scan_for_secrets', 'check_parameters', 'headline', 'read_headlines', 'build_index',
-           'ReportResult', 'render_report', 'find_nbs', 'resolve_template', 'execution_parameters', 'main']
+           'absolute_paths', 'ReportResult', 'render_report', 'find_nbs', 'resolve_template', 'execution_parameters',
+           'main']
 
 # %% ../nbs/90_report.ipynb #47692c28
 class ParameterError(ValueError):
@@ -36,7 +37,7 @@ _NO_DEFAULT = object()
 
 def template_parameters(template: str | Path, # a report notebook whose first code cell is tagged `parameters`
                        ) -> dict[str, dict]:
-    "Parameters of `template`: name → {'default': value, 'source': text, 'help': comment}."
+    "Parameters of `template`: name → {'default': value, 'source': text, 'help': comment, 'type': annotation or None}."
     import papermill as pm
     template = Path(template)
     if not template.exists(): raise FileNotFoundError(f"report template {template} not found")
@@ -44,7 +45,8 @@ def template_parameters(template: str | Path, # a report notebook whose first co
     for name, p in pm.inspect_notebook(str(template)).items():
         try: default = ast.literal_eval(p["default"])
         except (ValueError, SyntaxError, TypeError): default = _NO_DEFAULT
-        out[name] = dict(default=default, source=p["default"], help=p.get("help", ""))
+        ann = p.get("inferred_type_name")
+        out[name] = dict(default=default, source=p["default"], help=p.get("help", ""), type=None if ann in (None, "None") else ann)
     return out
 
 # %% ../nbs/90_report.ipynb #b91cec30
@@ -122,6 +124,15 @@ def _type_ok(value, default) -> bool:
     if isinstance(default, dict): return isinstance(value, Mapping)
     return True
 
+_ANNOTATED = {"str": "", "int": 0, "float": 0.0, "bool": False, "list": [], "List": [], "dict": {}, "Dict": {}}
+
+def _annotated_ok(value, annotation:str) -> bool | None:
+    "Whether `value` fits a parameter annotated like `'Union[str, list]'` (a string is then one name: no comma); None without a usable annotation."
+    kinds = [t for t in re.findall(r"\w+", annotation or "") if t in _ANNOTATED]
+    if not kinds: return None
+    if isinstance(value, str) and "," in value and {"list", "List"} & set(kinds): return False  # 'a,b' was meant as a list
+    return value is None or any(_type_ok(value, _ANNOTATED[t]) for t in kinds)
+
 def _example(name, default) -> str:
     if isinstance(default, (list, tuple, dict)): return f"-y '{name}: {json.dumps(default)}'"
     return f"-p {name} {default}"
@@ -148,8 +159,12 @@ def check_parameters(params: Mapping[str, Any], # parameters to pass
         if k == "execution":  # one option, one type everywhere: "local", "ray", a dict of Execution fields (06a_execution)
             _check_execution(v, template); continue
         d = specs[k]["default"]
-        if not _type_ok(v, d):
-            want = next((n for t, n in _TYPE_NAMES.items() if isinstance(d, t)), type(d).__name__)
+        ann = _annotated_ok(v, specs[k].get("type"))
+        if ann is False and isinstance(v, str) and "," in v:
+            raise ParameterError(f"parameter {k!r} of {template} expects list like its default {specs[k]['source']} for several "
+                                 f"values (a string is one value), got {v!r}; e.g. {_example(k, d)}")
+        if ann is False or (ann is None and not _type_ok(v, d)):
+            want = specs[k]["type"] if ann is False else next((n for t, n in _TYPE_NAMES.items() if isinstance(d, t)), type(d).__name__)
             raise ParameterError(f"parameter {k!r} of {template} expects {want} like its default {specs[k]['source']}, "
                                  f"got {type(v).__name__} {v!r}; e.g. {_example(k, d)}")
 
@@ -297,6 +312,23 @@ def build_index(out_dir: str | Path = "reports", # reports folder holding <study
     path.write_text(_index_html(rows, generated), encoding="utf-8")
     return path
 
+# %% ../nbs/90_report.ipynb #2b8003d0
+def _pathlike_name(name:str)->bool: return name in ("out", "preds") or name.endswith(("_dir", "_path", "_file"))
+
+def absolute_paths(params: Mapping[str, Any], # parameters about to be passed to a template
+                   cwd: str | Path | None = None, # the folder relative paths are read from; the current directory by default
+                  ) -> dict:
+    "`params` with relative paths made absolute against `cwd`: existing files and folders, and the values of path-named parameters."
+    base = Path(cwd or Path.cwd()).resolve()
+    out = dict(params)
+    for k, v in params.items():
+        if not isinstance(v, str) or not v or "://" in v: continue
+        p = Path(v).expanduser()
+        if p.is_absolute(): out[k] = str(p); continue
+        looks = "/" in v or "\\" in v or "." in v
+        if _pathlike_name(k) or (looks and (base / p).exists()): out[k] = str(base / p)
+    return out
+
 # %% ../nbs/90_report.ipynb #677e8f49
 @dataclass(frozen=True)
 class ReportResult:
@@ -366,6 +398,7 @@ def render_report(template: str | Path, # report notebook, e.g. nbs/acrb.ipynb
                   out_dir: str | Path = "reports", # reports folder: writes <out_dir>/<study>/<model>.{ipynb,html}
                   hide_input: bool = True, # hide code cells in the HTML
                   cwd: str | Path | None = None, # working directory of the run; defaults to the template's folder
+                  paths_from: str | Path | None = None, # folder relative path parameters are read from; the current directory by default
                   kernel_name: str = "python3", # Jupyter kernel to execute with
                   timeout: float | None = None, # per-cell timeout in seconds (None: no limit)
                  ) -> ReportResult:
@@ -388,6 +421,7 @@ def render_report(template: str | Path, # report notebook, e.g. nbs/acrb.ipynb
     ipynb, html_path = out / f"{_slug(model)}.ipynb", out / f"{_slug(model)}.html"
     for p in (ipynb, html_path): p.unlink(missing_ok=True)  # never mistake a stale file for this run's
 
+    params = absolute_paths(params, paths_from)  # -p preds data/x.csv means the user's data/x.csv, not nbs/data/x.csv
     import papermill as pm
     t0, ok, error = time.perf_counter(), True, None
     try:
@@ -424,16 +458,19 @@ STUDIES = ("acrb", "toxicity", "fairness", "iat")
 
 def find_nbs(start: str | Path | None = None, # folder to search upward from; the current directory by default
             ) -> Path:
-    "The notebooks folder: `nbs_path` of the nearest `settings.ini` at or above `start`."
+    "The notebooks folder: `nbs_path` of the nearest `settings.ini` at or above `start`, else of the checkout acrb_nb runs from."
+    import importlib.util
     start = Path(start or Path.cwd()).resolve()
-    for d in (start, *start.parents):
+    spec = importlib.util.find_spec("acrb_nb")  # an editable install: <checkout>/acrb_nb/__init__.py
+    home = [Path(spec.origin).resolve().parents[1]] if spec is not None and spec.origin else []
+    for d in (start, *start.parents, *home):
         ini = d / "settings.ini"
         if ini.exists():
             cp = configparser.ConfigParser()
             cp.read(ini)
             return d / cp["DEFAULT"].get("nbs_path", "nbs")
-    raise FileNotFoundError(f"no settings.ini found in {start} or above; run from the repository, "
-                            f"pass a template path (nbs/acrb.ipynb) or --nbs DIR")
+    raise FileNotFoundError(f"no settings.ini found in {start} or above, nor beside the acrb_nb package; run from the "
+                            f"repository, pass a template path (nbs/acrb.ipynb) or --nbs DIR")
 
 def resolve_template(name: str, # a template path, or a study name like `acrb`
                      nbs: str | Path | None = None, # notebooks folder; found from settings.ini by default
