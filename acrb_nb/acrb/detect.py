@@ -242,6 +242,8 @@ class PixelRefusalDetector:
         return {"detector": self.version, "thresholds": dict(self.thresholds), "refusal_rules": list(REFUSAL_RULES),
                 "noise_corr": NOISE_CORR, "fixture_sha256": self.fixture_sha256, "features": list(FEATURES)}
 
+
+# %% ../../nbs/12_acrb.detect.ipynb #8150ff3a
 def split_fixtures(labels:pd.DataFrame, # fixture labels (a `kind` column)
                    seed:int=0, # seed of the split
                    frac:float=0.5, # share of each kind in the training split
