@@ -145,6 +145,14 @@ def _check_execution(value, template:str):
         raise ParameterError(f"parameter 'execution' of {template}: {e}; e.g. -p execution ray, or "
                              f"-y 'execution: {{executor: ray, num_gpus: 1}}'") from None
 
+def _check_budget(value, template:str):
+    "The `budget` parameter, read as the studies read it (`Budget.of`), so a typo fails before papermill starts."
+    from acrb_nb.execution import Budget  # imported when needed: `acrb-report --help` stays instant
+    try: Budget.of(value)
+    except (TypeError, ValueError) as e:
+        raise ParameterError(f"parameter 'budget' of {template}: {e}; e.g. --budget '{{rpm: 60, concurrency: 4}}', "
+                             f"-y 'budget: {{gpt-image-1: {{rpm: 20}}}}' or -p budget unlimited") from None
+
 def check_parameters(params: Mapping[str, Any], # parameters to pass
                      specs: Mapping[str, dict], # the template's parameters, from `template_parameters`
                      template: str = "the template", # template name for error messages
@@ -158,6 +166,8 @@ def check_parameters(params: Mapping[str, Any], # parameters to pass
     for k, v in params.items():
         if k == "execution":  # one option, one type everywhere: "local", "ray", a dict of Execution fields (06a_execution)
             _check_execution(v, template); continue
+        if k == "budget":  # provider budgets of API models: None, "unlimited", a dict, or {model: dict} (06a_execution)
+            _check_budget(v, template); continue
         d = specs[k]["default"]
         ann = _annotated_ok(v, specs[k].get("type"))
         if ann is False and isinstance(v, str) and "," in v:
@@ -495,11 +505,19 @@ def _execution_arg(s:str):
     if isinstance(v, str) or isinstance(v, dict): return v
     raise argparse.ArgumentTypeError(f"--execution takes local, ray or a mapping like '{{executor: ray, num_gpus: 1}}', got {s!r}")
 
+def _budget_arg(s:str):
+    "`--budget` value: unlimited, or a YAML/JSON mapping of Budget fields (or of model names to them)."
+    import yaml
+    v = yaml.safe_load(s)
+    if isinstance(v, (str, dict)): return v
+    raise argparse.ArgumentTypeError(f"--budget takes unlimited or a mapping like '{{rpm: 60, concurrency: 4}}', got {s!r}")
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="acrb-report", description="Execute a report template with papermill, publish it as HTML and index it.",
         epilog="examples:\n  acrb-report acrb -p model flux -p n 3\n  acrb-report nbs/toxicity.ipynb -f configs/tox.yaml\n"
                "  acrb-report acrb -p model flux --execution ray --ray-address auto --ray-num-gpus 1\n"
+               "  acrb-report acrb -p model gpt-image-1 --budget '{rpm: 20, concurrency: 2}'\n"
                "  acrb-report --all\n\nAPI keys come from environment variables (OPENAI_API_KEY, GOOGLE_API_KEY, ...), "
                "never from parameters.", formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("template", nargs="?", help="template notebook (nbs/acrb.ipynb) or study name (acrb)")
@@ -525,6 +543,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--ray-num-cpus", type=float, help="CPUs per Ray worker (default 1)")
     g.add_argument("--ray-num-gpus", type=float, help="GPUs per Ray worker (default 0; 1 = one model per GPU)")
     g.add_argument("--ray-batch-size", type=int, help="items per task sent to a Ray worker (default 8)")
+    p.add_argument("--budget", type=_budget_arg, metavar="BUDGET",
+                   help="API models' provider budget, the templates' `budget` parameter: '{rpm: 60, concurrency: 4}', "
+                        "per model '{gpt-image-1: {rpm: 20}}', or unlimited (default: each API adapter's declared rpm)")
     return p
 
 def execution_parameters(params: Mapping[str, Any], # parameters so far (from -p / -y / -f)
@@ -592,6 +613,7 @@ def main(argv: list[str] | None = None, # command-line arguments; `sys.argv[1:]`
         params.update({k: parse_value(v) for k, v in a.parameters})
         params = execution_parameters(params, a.execution, address=a.ray_address, num_actors=a.ray_num_actors,
                                       num_cpus=a.ray_num_cpus, num_gpus=a.ray_num_gpus, batch_size=a.ray_batch_size)
+        if a.budget is not None: params["budget"] = a.budget
         t = resolve_template(a.template, a.nbs)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
