@@ -23,7 +23,8 @@ from typing import Any, Mapping
 # %% auto #0
 __all__ = ['HEADLINE_MIME', 'STUDIES', 'ParameterError', 'SecretParameterError', 'template_parameters', 'parse_value',
            'check_secrets', 'scan_for_secrets', 'check_parameters', 'headline', 'read_headlines', 'build_index',
-           'ReportResult', 'render_report', 'find_nbs', 'resolve_template', 'execution_parameters', 'main']
+           'absolute_paths', 'ReportResult', 'render_report', 'find_nbs', 'resolve_template', 'execution_parameters',
+           'main']
 
 # %% ../nbs/90_report.ipynb #47692c28
 class ParameterError(ValueError):
@@ -36,7 +37,7 @@ _NO_DEFAULT = object()
 
 def template_parameters(template: str | Path, # a report notebook whose first code cell is tagged `parameters`
                        ) -> dict[str, dict]:
-    "Parameters of `template`: name → {'default': value, 'source': text, 'help': comment}."
+    "Parameters of `template`: name → {'default': value, 'source': text, 'help': comment, 'type': annotation or None}."
     import papermill as pm
     template = Path(template)
     if not template.exists(): raise FileNotFoundError(f"report template {template} not found")
@@ -44,7 +45,8 @@ def template_parameters(template: str | Path, # a report notebook whose first co
     for name, p in pm.inspect_notebook(str(template)).items():
         try: default = ast.literal_eval(p["default"])
         except (ValueError, SyntaxError, TypeError): default = _NO_DEFAULT
-        out[name] = dict(default=default, source=p["default"], help=p.get("help", ""))
+        ann = p.get("inferred_type_name")
+        out[name] = dict(default=default, source=p["default"], help=p.get("help", ""), type=None if ann in (None, "None") else ann)
     return out
 
 # %% ../nbs/90_report.ipynb #b91cec30
@@ -122,6 +124,15 @@ def _type_ok(value, default) -> bool:
     if isinstance(default, dict): return isinstance(value, Mapping)
     return True
 
+_ANNOTATED = {"str": "", "int": 0, "float": 0.0, "bool": False, "list": [], "List": [], "dict": {}, "Dict": {}}
+
+def _annotated_ok(value, annotation:str) -> bool | None:
+    "Whether `value` fits a parameter annotated like `'Union[str, list]'` (a string is then one name: no comma); None without a usable annotation."
+    kinds = [t for t in re.findall(r"\w+", annotation or "") if t in _ANNOTATED]
+    if not kinds: return None
+    if isinstance(value, str) and "," in value and {"list", "List"} & set(kinds): return False  # 'a,b' was meant as a list
+    return value is None or any(_type_ok(value, _ANNOTATED[t]) for t in kinds)
+
 def _example(name, default) -> str:
     if isinstance(default, (list, tuple, dict)): return f"-y '{name}: {json.dumps(default)}'"
     return f"-p {name} {default}"
@@ -133,6 +144,14 @@ def _check_execution(value, template:str):
     except (TypeError, ValueError) as e:
         raise ParameterError(f"parameter 'execution' of {template}: {e}; e.g. -p execution ray, or "
                              f"-y 'execution: {{executor: ray, num_gpus: 1}}'") from None
+
+def _check_budget(value, template:str):
+    "The `budget` parameter, read as the studies read it (`Budget.of`), so a typo fails before papermill starts."
+    from acrb_nb.execution import Budget  # imported when needed: `acrb-report --help` stays instant
+    try: Budget.of(value)
+    except (TypeError, ValueError) as e:
+        raise ParameterError(f"parameter 'budget' of {template}: {e}; e.g. --budget '{{rpm: 60, concurrency: 4}}', "
+                             f"-y 'budget: {{gpt-image-1: {{rpm: 20}}}}' or -p budget unlimited") from None
 
 def check_parameters(params: Mapping[str, Any], # parameters to pass
                      specs: Mapping[str, dict], # the template's parameters, from `template_parameters`
@@ -147,9 +166,15 @@ def check_parameters(params: Mapping[str, Any], # parameters to pass
     for k, v in params.items():
         if k == "execution":  # one option, one type everywhere: "local", "ray", a dict of Execution fields (06a_execution)
             _check_execution(v, template); continue
+        if k == "budget":  # provider budgets of API models: None, "unlimited", a dict, or {model: dict} (06a_execution)
+            _check_budget(v, template); continue
         d = specs[k]["default"]
-        if not _type_ok(v, d):
-            want = next((n for t, n in _TYPE_NAMES.items() if isinstance(d, t)), type(d).__name__)
+        ann = _annotated_ok(v, specs[k].get("type"))
+        if ann is False and isinstance(v, str) and "," in v:
+            raise ParameterError(f"parameter {k!r} of {template} expects list like its default {specs[k]['source']} for several "
+                                 f"values (a string is one value), got {v!r}; e.g. {_example(k, d)}")
+        if ann is False or (ann is None and not _type_ok(v, d)):
+            want = specs[k]["type"] if ann is False else next((n for t, n in _TYPE_NAMES.items() if isinstance(d, t)), type(d).__name__)
             raise ParameterError(f"parameter {k!r} of {template} expects {want} like its default {specs[k]['source']}, "
                                  f"got {type(v).__name__} {v!r}; e.g. {_example(k, d)}")
 
@@ -297,6 +322,23 @@ def build_index(out_dir: str | Path = "reports", # reports folder holding <study
     path.write_text(_index_html(rows, generated), encoding="utf-8")
     return path
 
+# %% ../nbs/90_report.ipynb #2b8003d0
+def _pathlike_name(name:str)->bool: return name in ("out", "preds") or name.endswith(("_dir", "_path", "_file"))
+
+def absolute_paths(params: Mapping[str, Any], # parameters about to be passed to a template
+                   cwd: str | Path | None = None, # the folder relative paths are read from; the current directory by default
+                  ) -> dict:
+    "`params` with relative paths made absolute against `cwd`: existing files and folders, and the values of path-named parameters."
+    base = Path(cwd or Path.cwd()).resolve()
+    out = dict(params)
+    for k, v in params.items():
+        if not isinstance(v, str) or not v or "://" in v: continue
+        p = Path(v).expanduser()
+        if p.is_absolute(): out[k] = str(p); continue
+        looks = "/" in v or "\\" in v or "." in v
+        if _pathlike_name(k) or (looks and (base / p).exists()): out[k] = str(base / p)
+    return out
+
 # %% ../nbs/90_report.ipynb #677e8f49
 @dataclass(frozen=True)
 class ReportResult:
@@ -366,6 +408,7 @@ def render_report(template: str | Path, # report notebook, e.g. nbs/acrb.ipynb
                   out_dir: str | Path = "reports", # reports folder: writes <out_dir>/<study>/<model>.{ipynb,html}
                   hide_input: bool = True, # hide code cells in the HTML
                   cwd: str | Path | None = None, # working directory of the run; defaults to the template's folder
+                  paths_from: str | Path | None = None, # folder relative path parameters are read from; the current directory by default
                   kernel_name: str = "python3", # Jupyter kernel to execute with
                   timeout: float | None = None, # per-cell timeout in seconds (None: no limit)
                  ) -> ReportResult:
@@ -388,6 +431,7 @@ def render_report(template: str | Path, # report notebook, e.g. nbs/acrb.ipynb
     ipynb, html_path = out / f"{_slug(model)}.ipynb", out / f"{_slug(model)}.html"
     for p in (ipynb, html_path): p.unlink(missing_ok=True)  # never mistake a stale file for this run's
 
+    params = absolute_paths(params, paths_from)  # -p preds data/x.csv means the user's data/x.csv, not nbs/data/x.csv
     import papermill as pm
     t0, ok, error = time.perf_counter(), True, None
     try:
@@ -424,16 +468,19 @@ STUDIES = ("acrb", "toxicity", "fairness", "iat")
 
 def find_nbs(start: str | Path | None = None, # folder to search upward from; the current directory by default
             ) -> Path:
-    "The notebooks folder: `nbs_path` of the nearest `settings.ini` at or above `start`."
+    "The notebooks folder: `nbs_path` of the nearest `settings.ini` at or above `start`, else of the checkout acrb_nb runs from."
+    import importlib.util
     start = Path(start or Path.cwd()).resolve()
-    for d in (start, *start.parents):
+    spec = importlib.util.find_spec("acrb_nb")  # an editable install: <checkout>/acrb_nb/__init__.py
+    home = [Path(spec.origin).resolve().parents[1]] if spec is not None and spec.origin else []
+    for d in (start, *start.parents, *home):
         ini = d / "settings.ini"
         if ini.exists():
             cp = configparser.ConfigParser()
             cp.read(ini)
             return d / cp["DEFAULT"].get("nbs_path", "nbs")
-    raise FileNotFoundError(f"no settings.ini found in {start} or above; run from the repository, "
-                            f"pass a template path (nbs/acrb.ipynb) or --nbs DIR")
+    raise FileNotFoundError(f"no settings.ini found in {start} or above, nor beside the acrb_nb package; run from the "
+                            f"repository, pass a template path (nbs/acrb.ipynb) or --nbs DIR")
 
 def resolve_template(name: str, # a template path, or a study name like `acrb`
                      nbs: str | Path | None = None, # notebooks folder; found from settings.ini by default
@@ -458,11 +505,19 @@ def _execution_arg(s:str):
     if isinstance(v, str) or isinstance(v, dict): return v
     raise argparse.ArgumentTypeError(f"--execution takes local, ray or a mapping like '{{executor: ray, num_gpus: 1}}', got {s!r}")
 
+def _budget_arg(s:str):
+    "`--budget` value: unlimited, or a YAML/JSON mapping of Budget fields (or of model names to them)."
+    import yaml
+    v = yaml.safe_load(s)
+    if isinstance(v, (str, dict)): return v
+    raise argparse.ArgumentTypeError(f"--budget takes unlimited or a mapping like '{{rpm: 60, concurrency: 4}}', got {s!r}")
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="acrb-report", description="Execute a report template with papermill, publish it as HTML and index it.",
         epilog="examples:\n  acrb-report acrb -p model flux -p n 3\n  acrb-report nbs/toxicity.ipynb -f configs/tox.yaml\n"
                "  acrb-report acrb -p model flux --execution ray --ray-address auto --ray-num-gpus 1\n"
+               "  acrb-report acrb -p model gpt-image-1 --budget '{rpm: 20, concurrency: 2}'\n"
                "  acrb-report --all\n\nAPI keys come from environment variables (OPENAI_API_KEY, GOOGLE_API_KEY, ...), "
                "never from parameters.", formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("template", nargs="?", help="template notebook (nbs/acrb.ipynb) or study name (acrb)")
@@ -488,6 +543,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--ray-num-cpus", type=float, help="CPUs per Ray worker (default 1)")
     g.add_argument("--ray-num-gpus", type=float, help="GPUs per Ray worker (default 0; 1 = one model per GPU)")
     g.add_argument("--ray-batch-size", type=int, help="items per task sent to a Ray worker (default 8)")
+    p.add_argument("--budget", type=_budget_arg, metavar="BUDGET",
+                   help="API models' provider budget, the templates' `budget` parameter: '{rpm: 60, concurrency: 4}', "
+                        "per model '{gpt-image-1: {rpm: 20}}', or unlimited (default: each API adapter's declared rpm)")
     return p
 
 def execution_parameters(params: Mapping[str, Any], # parameters so far (from -p / -y / -f)
@@ -555,6 +613,7 @@ def main(argv: list[str] | None = None, # command-line arguments; `sys.argv[1:]`
         params.update({k: parse_value(v) for k, v in a.parameters})
         params = execution_parameters(params, a.execution, address=a.ray_address, num_actors=a.ray_num_actors,
                                       num_cpus=a.ray_num_cpus, num_gpus=a.ray_num_gpus, batch_size=a.ray_batch_size)
+        if a.budget is not None: params["budget"] = a.budget
         t = resolve_template(a.template, a.nbs)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -113,11 +113,11 @@ class RateLimiter:
     "Thread-safe token buckets for requests/min and tokens/min."
     def __init__(self, rpm:float|None=None, # requests per minute (None = unlimited)
                  tpm:float|None=None, # tokens per minute (None = unlimited)
-                 burst:float|None=None, # bucket size in seconds of budget (default 60 = one minute)
+                 burst:float|None=None, # bucket size in seconds of budget (default 60 = one minute); at least one request
                 ):
         self.rpm, self.tpm, self._lock = rpm, tpm, threading.Lock()
         self.burst = 60.0 if burst is None else burst
-        self._cap_r = rpm / 60 * self.burst if rpm else None
+        self._cap_r = max(1.0, rpm / 60 * self.burst) if rpm else None  # a bucket below one request would never fill
         self._cap_t = tpm / 60 * self.burst if tpm else None
         self._r, self._t, self._last = self._cap_r, self._cap_t, time.monotonic()
 
@@ -127,18 +127,21 @@ class RateLimiter:
         if self.tpm: self._t = min(self._cap_t, self._t + dt * self.tpm / 60)
 
     def acquire(self, tokens:float=0, # tokens this request will use (estimate)
+                requests:int=1, # request slots to take (a work item that makes several calls)
                )->float:
-        "Block until one request (and `tokens`) fit the budget; returns seconds waited."
+        "Block until `requests` requests (and `tokens`) fit the budget; returns seconds waited."
         if self.tpm and tokens > self._cap_t:
             raise ValueError(f"a single request of {tokens} tokens exceeds the bucket of {self._cap_t:.0f}; raise tpm or burst")
+        if self.rpm and requests > self._cap_r:
+            raise ValueError(f"{requests} requests at once exceed the bucket of {self._cap_r:.0f}; raise rpm or burst, or split the item")
         waited = 0.0
         while True:
             with self._lock:
                 self._refill(time.monotonic())
-                need_r = 0 if not self.rpm else max(0.0, (1 - self._r) * 60 / self.rpm)
+                need_r = 0 if not self.rpm else max(0.0, (requests - self._r) * 60 / self.rpm)
                 need_t = 0 if not self.tpm else max(0.0, (tokens - self._t) * 60 / self.tpm)
                 if need_r <= 0 and need_t <= 0:
-                    if self.rpm: self._r -= 1
+                    if self.rpm: self._r -= requests
                     if self.tpm: self._t -= tokens
                     return waited
                 pause = max(need_r, need_t)
@@ -150,12 +153,14 @@ _LIMITERS_LOCK = threading.Lock()
 def rate_limiter(provider:str, # e.g. "openai", "google"
                  rpm:float|None=None, # requests/min; given on first use or to change it
                  tpm:float|None=None, # tokens/min
+                 burst:float|None=None, # bucket size in seconds of budget (None: one minute)
                 )->RateLimiter:
     "The shared `RateLimiter` of `provider` (created, or replaced when limits are given)."
     with _LIMITERS_LOCK:
         lim = _LIMITERS.get(provider)
-        if lim is None or (rpm is not None and rpm != lim.rpm) or (tpm is not None and tpm != lim.tpm):
-            lim = _LIMITERS[provider] = RateLimiter(rpm, tpm)
+        if lim is None or (rpm is not None and rpm != lim.rpm) or (tpm is not None and tpm != lim.tpm) or \
+           (burst is not None and burst != lim.burst):
+            lim = _LIMITERS[provider] = RateLimiter(rpm, tpm, burst)
         return lim
 
 # %% ../nbs/02_runner.ipynb #13929169
@@ -312,6 +317,7 @@ def run_items(fn:Callable[[Any], Mapping], # work function: item -> JSON-seriali
               max_workers:int=8, # concurrent calls
               limiter:RateLimiter|None=None, # provider budget (see `rate_limiter`)
               tokens:Callable[[Any], float]|None=None, # item -> estimated tokens for the limiter
+              requests:Callable[[Any], int]|None=None, # item -> request slots it takes from the limiter (default 1)
               retry:RetryPolicy=RetryPolicy(), # transient-error policy
               retry_failed:bool=False, # re-attempt only the items stored as failed
               seed:int=0, # seeds the retry jitter
@@ -325,7 +331,8 @@ def run_items(fn:Callable[[Any], Mapping], # work function: item -> JSON-seriali
     with RunLedger(items, store, key=key, retry_failed=retry_failed, progress=progress, desc=desc) as led:
         def one(i):
             it = led.items[i]
-            before = (lambda: limiter.acquire(tokens(it) if tokens else 0)) if limiter is not None else None
+            before = None if limiter is None else (lambda: limiter.acquire(tokens(it) if tokens else 0, requests(it))) \
+                     if requests else (lambda: limiter.acquire(tokens(it) if tokens else 0))
             res = call_with_retry(lambda: fn(it), retry, gen, sleep, before=before, lock=gen_lock)
             return commit_result(led.store, led.keys[i], res)  # written in the worker thread, as soon as it is done
         with ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="acrb-run") as ex:

@@ -81,6 +81,8 @@ class GenerationOutcome:
 class Adapter(abc.ABC):
     "Base of every model adapter: a registry name and a manifest description."
     name: str = "?"
+    rpm: float|None = None # provider requests per minute this adapter is paced at by default (API adapters; see `execution.Budget`)
+    max_concurrency: int|None = None # concurrent requests by default (None: the runner's default, 4)
     def describe(self)->dict:
         "Back-end, model id, revision, dtype, device and result-shaping settings (JSON-serializable)."
         return {"name": self.name, "backend": type(self).__name__}
@@ -221,6 +223,8 @@ class RegistryEntry:
     needs: str = "" # GPU / API key / memory
     tested: str = "" # how it runs here: "tiny config", "real offline", "local server", "simulator"
     notes: str = ""
+    rpm: float|None = None # default requests per minute of an API adapter (its provider's budget; overridable per run)
+    max_concurrency: int|None = None # default concurrent requests (None: the runner's default)
 
 class Registry:
     "Short name → adapter factory for one model family."
@@ -233,10 +237,16 @@ class Registry:
                  needs:str="", # what it needs to run: GPU, API key, memory
                  tested:str="", # how it runs here: 'tiny config', 'local server', 'simulator', ...
                  notes:str="", # anything a user must know
+                 rpm:float|None=None, # API adapters: default requests per minute (the provider's budget; overridable per run)
+                 max_concurrency:int|None=None, # API adapters: default concurrent requests
                 ):
         "Decorator registering a factory under `name`."
         def deco(factory):
-            with self._lock: self._entries[name] = RegistryEntry(name, factory, backend, model_id, needs, tested, notes)
+            with self._lock:
+                self._entries[name] = RegistryEntry(name, factory, backend, model_id, needs, tested, notes, rpm, max_concurrency)
+            if not isinstance(factory, type):  # a factory function carries them too, for code that reads a factory's declarations
+                for k, v in (("rpm", rpm), ("max_concurrency", max_concurrency)):
+                    if v is not None: setattr(factory, k, v)
             return factory
         return deco
     def _load(self):
@@ -257,9 +267,12 @@ class Registry:
     def create(self, name:str, # registry name
                **kw, # options of the adapter's constructor
               )->Adapter:
-        "Instantiate the adapter registered as `name`."
-        a = self.entry(name).factory(**kw)
+        "Instantiate the adapter registered as `name` (with the entry's declared `rpm` / `max_concurrency` unless it sets its own)."
+        e = self.entry(name)
+        a = e.factory(**kw)
         if getattr(a, "name", "?") == "?": a.name = name
+        for k in ("rpm", "max_concurrency"):
+            if getattr(e, k) is not None and getattr(a, k, None) is None: setattr(a, k, getattr(e, k))
         return a
     def table(self)->pd.DataFrame:
         self._load()

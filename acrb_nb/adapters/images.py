@@ -357,28 +357,31 @@ def imagen_outcome(resp, # a google.genai GenerateImagesResponse
 
 # %% ../../nbs/05c_adapters.images.ipynb #6753ab55
 _OAI_NEEDS = "OPENAI_API_KEY; network; billed per image"
+_OAI_IMG_BUDGET = dict(rpm=5, max_concurrency=2)  # OpenAI's lowest paid tier allows ~5 images a minute; override per run
+_GEM_IMG_BUDGET = dict(rpm=10, max_concurrency=2)  # conservative for Gemini / Imagen image models; override per run
 @IMAGE_GENERATORS.register("gpt-image-1", backend="openai", model_id="gpt-image-1", needs=_OAI_NEEDS, tested="local server",
-                           notes="refusals: moderation_blocked; no seed")
+                           notes="refusals: moderation_blocked; no seed", **_OAI_IMG_BUDGET)
 def _gpt_image_gen(**kw): return OpenAIImages("gpt-image-1", **kw)
 @IMAGE_EDITORS.register("gpt-image-1", backend="openai", model_id="gpt-image-1", needs=_OAI_NEEDS, tested="local server",
-                        notes="images.edit multipart; no seed")
+                        notes="images.edit multipart; no seed", **_OAI_IMG_BUDGET)
 def _gpt_image_edit(**kw): return OpenAIImages("gpt-image-1", **kw)
 @IMAGE_GENERATORS.register("dall-e-3", backend="openai", model_id="dall-e-3", needs=_OAI_NEEDS, tested="local server",
-                           notes="refusals: content_policy_violation; revised_prompt kept")
+                           notes="refusals: content_policy_violation; revised_prompt kept", **_OAI_IMG_BUDGET)
 def _dalle3(**kw): return OpenAIImages("dall-e-3", **kw)
 @IMAGE_EDITORS.register("dall-e-2", backend="openai", model_id="dall-e-2", needs=_OAI_NEEDS, tested="local server",
-                        notes="inpainting editor: without a mask the whole frame is redrawn")
+                        notes="inpainting editor: without a mask the whole frame is redrawn", **_OAI_IMG_BUDGET)
 def _dalle2(**kw): return OpenAIImages("dall-e-2", size=kw.pop("size", "1024x1024"), **kw)
 
 _GEM_NEEDS = "GOOGLE_API_KEY (or GEMINI_API_KEY); network; billed per image"
 @IMAGE_GENERATORS.register("gemini-2.5-flash-image", backend="google-genai", model_id="gemini-2.5-flash-image",
-                           needs=_GEM_NEEDS, tested="local server", notes="blockReason → refused_policy; IMAGE_SAFETY → refused_safety_filter")
+                           needs=_GEM_NEEDS, tested="local server", notes="blockReason → refused_policy; IMAGE_SAFETY → refused_safety_filter",
+                           **_GEM_IMG_BUDGET)
 def _gemini_gen(**kw): return GeminiImages("gemini-2.5-flash-image", **kw)
 @IMAGE_EDITORS.register("gemini-2.5-flash-image", backend="google-genai", model_id="gemini-2.5-flash-image",
-                        needs=_GEM_NEEDS, tested="local server", notes="input image as inline part")
+                        needs=_GEM_NEEDS, tested="local server", notes="input image as inline part", **_GEM_IMG_BUDGET)
 def _gemini_edit(**kw): return GeminiImages("gemini-2.5-flash-image", **kw)
 @IMAGE_GENERATORS.register("imagen-4", backend="google-genai", model_id="imagen-4.0-generate-001",
                            needs="Vertex AI: GOOGLE_CLOUD_PROJECT + ADC, or GOOGLE_API_KEY / GEMINI_API_KEY (express mode); billed per image",
                            tested="local server (Vertex :predict fake defined in the notebook)",
-                           notes="rai_filtered_reason → refused_safety_filter; prompt blocks are HTTP 400 (failed)")
+                           notes="rai_filtered_reason → refused_safety_filter; prompt blocks are HTTP 400 (failed)", **_GEM_IMG_BUDGET)
 def _imagen(**kw): return ImagenGenerator("imagen-4.0-generate-001", **kw)

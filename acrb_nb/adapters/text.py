@@ -631,9 +631,10 @@ class GeminiLM(TextLM):
 # %% ../../nbs/05a_adapters.text.ipynb #46dcdca3
 for _m in ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "gpt-4.1"):
     TEXT_LMS.register(_m, backend="openai", model_id=_m, needs="OPENAI_API_KEY; network", tested="local server",
-                      notes="score(): first-token top_logprobs, single-token labels only")(
+                      notes="score(): first-token top_logprobs, single-token labels only", rpm=500, max_concurrency=8)(
         lambda _m=_m, **kw: OpenAIChatLM(_m, **kw))
 for _m, _tb in (("gemini-2.5-flash", 0), ("gemini-2.5-flash-lite", 0), ("gemini-2.0-flash", None)):
     TEXT_LMS.register(_m, backend="google-genai", model_id=_m, needs="GOOGLE_API_KEY or GEMINI_API_KEY; network",
-                      tested="local server", notes="score(): first-token logprobs where the model returns them")(
+                      tested="local server", notes="score(): first-token logprobs where the model returns them", rpm=150,
+                      max_concurrency=4)(
         lambda _m=_m, _tb=_tb, **kw: GeminiLM(_m, **{"thinking_budget": _tb, **kw}))

@@ -80,7 +80,7 @@ class OpenAIVisionJudge(LabelJudgeMixin, VisionJudge):
 # %% ../../nbs/05b_adapters.vision.ipynb #2d0e2ba6
 for _m in ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "gpt-4.1"):
     VISION_JUDGES.register(f"{_m}-judge", backend="openai", model_id=_m, needs="OPENAI_API_KEY; network", tested="local server",
-                           notes="json_schema structured output; message.refusal → refused")(
+                           notes="json_schema structured output; message.refusal → refused", rpm=500, max_concurrency=8)(
         lambda _m=_m, **kw: OpenAIVisionJudge(_m, **kw))
 
 # %% ../../nbs/05b_adapters.vision.ipynb #37d61849
@@ -143,7 +143,8 @@ class GeminiVisionJudge(LabelJudgeMixin, VisionJudge):
 # %% ../../nbs/05b_adapters.vision.ipynb #00eb86e5
 for _m, _tb in (("gemini-2.5-flash", 0), ("gemini-2.5-pro", None), ("gemini-2.0-flash", None)):
     VISION_JUDGES.register(f"{_m}-judge", backend="google-genai", model_id=_m, needs="GOOGLE_API_KEY or GEMINI_API_KEY; network",
-                           tested="local server", notes="response_json_schema; blockReason / safety finishReason → refused")(
+                           tested="local server", notes="response_json_schema; blockReason / safety finishReason → refused",
+                           rpm=150, max_concurrency=4)(
         lambda _m=_m, _tb=_tb, **kw: GeminiVisionJudge(_m, **{"thinking_budget": _tb, **kw}))
 
 # %% ../../nbs/05b_adapters.vision.ipynb #cf73fd05

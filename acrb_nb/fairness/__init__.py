@@ -7,6 +7,6 @@ __all__ = []
 
 # %% ../../nbs/30_fairness.ipynb #9b46bf07
 from ..data.registry import JIGSAW_IDENTITIES
-from .counts import identity_membership, GroupCounts, group_counts
+from .counts import identity_membership, GroupCounts, group_counts, reference_contrasts, resolve_identity
 from .metrics import *
-from .report import fairness_report
+from .report import fairness_report, expand_counts

@@ -13,7 +13,8 @@ from scipy import sparse
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['identity_membership', 'GroupCounts', 'CountEngine', 'count_engine', 'group_counts']
+__all__ = ['resolve_identity', 'reference_contrasts', 'identity_membership', 'GroupCounts', 'CountEngine', 'count_engine',
+           'group_counts']
 
 # %% ../../nbs/30a_fairness.counts.ipynb #0acf5844
 def _as_frame(sensitive_features)->pd.DataFrame:
@@ -68,12 +69,42 @@ def _and3(a:np.ndarray, b:np.ndarray)->np.ndarray:
     "Three-valued AND of membership codes: 1 if both 1, 0 if either 0, else -1 (unknown)."
     return np.where((a == 0) | (b == 0), 0, np.where((a == 1) & (b == 1), 1, -1)).astype(np.int8)
 
+# %% ../../nbs/30a_fairness.counts.ipynb #b2404426
+def resolve_identity(name:str, # an identity ("race:Caucasian"), or a level's name alone in any case ("caucasian")
+                     identities, # the identity names to choose from
+                    )->str:
+    "The one identity `name` designates: an exact name, else the unique identity whose name or level matches it, ignoring case."
+    names = list(identities)
+    if name in names: return name
+    key = str(name).casefold()
+    hits = [k for k in names if k.casefold() == key or k.split(":", 1)[-1].casefold() == key]
+    if len(hits) == 1: return hits[0]
+    if hits: raise ValueError(f"reference {name!r} matches several identities {hits}; name one of them in full")
+    raise ValueError(f"reference {name!r} is not one of the identities {names}; name one of them (e.g. {names[0]!r})")
+
+def reference_contrasts(cols:Mapping, # identity name -> membership codes (1 member, 0 non-member, -1 unknown)
+                        source:Mapping, # identity name -> the column it came from
+                        reference:str, # the reference identity (see `resolve_identity`)
+                       )->tuple:
+    "(reference identity, {peer: codes}) where 1 = a peer member who is a known non-member of the reference, 0 = the reverse, -1 = neither."
+    ref = resolve_identity(reference, cols)
+    peers = [k for k in cols if k != ref and source[k] == source[ref]]  # the other levels of a category
+    if not peers:  # a boolean / fraction column: the other columns that are one identity each
+        peers = [k for k in cols if k != ref and sum(source[j] == source[k] for j in cols) == 1]
+    if not peers:
+        raise ValueError(f"reference {ref!r} has no peer to compare with: give a categorical column with two or more "
+                         f"levels, or two or more boolean / fraction identity columns")
+    r = np.asarray(cols[ref])
+    return ref, {k: np.where((np.asarray(cols[k]) == 1) & (r == 0), 1,
+                             np.where((r == 1) & (np.asarray(cols[k]) == 0), 0, -1)).astype(np.int8) for k in peers}
+
 # %% ../../nbs/30a_fairness.counts.ipynb #e679a28c
 def _membership_codes(sensitive_features, # identity columns (see `identity_membership`)
                       threshold:float=0.5, # fraction columns: member iff value >= threshold
                       intersections=None, # None, True (all cross-column pairs) or a list of (identity, identity) pairs
+                      reference:str|None=None, # None: members vs the rest; an identity: its peers vs its members (see `reference_contrasts`)
                      )->tuple:
-    "Identity names and an (n, K) Fortran-ordered int8 matrix of membership codes (1, 0, -1 = unknown)."
+    "Identity names, an (n, K) Fortran-ordered int8 matrix of membership codes (1, 0, -1 = unknown), the index, the reference identity."
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1] (members have an annotator fraction >= threshold); got {threshold}")
     df = _as_frame(sensitive_features)
@@ -93,18 +124,22 @@ def _membership_codes(sensitive_features, # identity columns (see `identity_memb
                 if len(p) != 2 or bad:
                     raise ValueError(f"intersection {p!r} must name two identities from {list(cols)}")
         for a, b in pairs: cols[f"{a}&{b}"] = _and3(cols[a], cols[b])
+    if reference is not None:
+        if intersections not in (None, False): raise ValueError("reference= and intersections= do not combine; use one of them")
+        reference, cols = reference_contrasts(cols, source, reference)
     names = list(cols)
     codes = np.empty((len(df), len(names)), dtype=np.int8, order="F")
     for j, k in enumerate(names): codes[:, j] = cols[k]
-    return names, codes, df.index
+    return names, codes, df.index, reference
 
 def identity_membership(sensitive_features, # DataFrame / Series / dict of columns / array of identity annotations
                         *,
                         threshold:float=0.5, # fraction columns: member iff value >= threshold
                         intersections=None, # None, True (all pairs of identities from different columns) or a list of pairs
+                        reference:str|None=None, # compare each peer of this identity with it instead of with the rest (`reference_contrasts`)
                        )->pd.DataFrame:
     "Member (True) / non-member (False) / unknown (<NA>) of each identity, one nullable-boolean column per identity."
-    names, codes, index = _membership_codes(sensitive_features, threshold, intersections)
+    names, codes, index, _ = _membership_codes(sensitive_features, threshold, intersections, reference)
     return pd.DataFrame({k: pd.arrays.BooleanArray(codes[:, j] == 1, codes[:, j] == -1) for j, k in enumerate(names)},
                         index=index)
 
@@ -147,10 +182,12 @@ class GroupCounts:
     auc: np.ndarray | None # (B, K, 4, 2): AUC (member, rest, bpsn, bnsp) x (correctly ordered pairs, all pairs); None without scores
     overall_conf: np.ndarray # (B, 4) cells over all rows
     overall_auc: np.ndarray | None # (B, 2) pairs over all rows
+    reference: str | None = None # None: each identity's "rest" is its non-members; else the reference identity of pairwise contrasts
 
 # %% ../../nbs/30a_fairness.counts.ipynb #0976c442
 class CountEngine:
     "Precomputed codes and score order of one dataset; `__call__(W)` returns `GroupCounts` for row weights W."
+    reference = None # the reference identity when the codes are pairwise contrasts (`count_engine(reference=...)`)
     def __init__(self, y:np.ndarray, # 0/1 labels
                  yhat:np.ndarray, # 0/1 predictions
                  codes:np.ndarray, # (n, K) membership codes: -1 unknown, 0 rest, 1 member
@@ -247,7 +284,7 @@ def __call__(self:CountEngine, W=None)->GroupCounts:
     oconf = _wcount(self.cell, WT, 4).T
     auc = oauc = None
     if self.score: auc, oauc = (self._auc_blocks if self.tie_space else self._auc_rows)(W, WT, B, K)
-    return GroupCounts(self.names, conf, auc, oconf, oauc)
+    return GroupCounts(self.names, conf, auc, oconf, oauc, self.reference)
 
 # %% ../../nbs/30a_fairness.counts.ipynb #b492b872
 def count_engine(y_true, # binary labels (0/1 or bool)
@@ -256,10 +293,11 @@ def count_engine(y_true, # binary labels (0/1 or bool)
                  y_score=None, # optional scores for the AUCs
                  threshold:float=0.5, # fraction columns: member iff value >= threshold
                  intersections=None, # None, True or a list of identity pairs
+                 reference:str|None=None, # None: members vs the rest; an identity: each of its peers vs it (`reference_contrasts`)
                 )->CountEngine:
     "Validate inputs and build the `CountEngine` for them (what `group_counts` and `fairness_metrics` run on)."
     y, yhat = _binary(y_true, "y_true"), _binary(y_pred, "y_pred")
-    names, codes, _ = _membership_codes(sensitive_features, threshold, intersections)
+    names, codes, _, ref = _membership_codes(sensitive_features, threshold, intersections, reference)
     n = len(y)
     if len(yhat) != n or codes.shape[0] != n or (y_score is not None and len(y_score) != n):
         raise ValueError(f"y_true ({n} rows), y_pred ({len(yhat)}), sensitive_features ({codes.shape[0]})"
@@ -268,7 +306,9 @@ def count_engine(y_true, # binary labels (0/1 or bool)
         s = np.asarray(y_score, dtype=np.float64)
         if np.isinf(s).any(): raise ValueError("y_score has infinite values; clip them (e.g. to ±1e300) or drop those rows")
         y_score = s
-    return CountEngine(y, yhat, codes, names, y_score)
+    eng = CountEngine(y, yhat, codes, names, y_score)
+    eng.reference = ref
+    return eng
 
 def group_counts(y_true, # binary labels (0/1 or bool), one per row
                  y_pred, # binary predictions (0/1 or bool)
@@ -277,10 +317,11 @@ def group_counts(y_true, # binary labels (0/1 or bool), one per row
                  y_score=None, # optional scores (higher = more positive) for the AUCs; NaN rows are left out of AUCs
                  threshold:float=0.5, # fraction columns: member iff value >= threshold
                  intersections=None, # None, True or a list of identity pairs (see `identity_membership`)
+                 reference:str|None=None, # None: members vs the rest; an identity: each of its peers vs it (`reference_contrasts`)
                  sample_weight=None, # optional row weights: a vector (n,), or a matrix (B, n) of bootstrap replicate weights
                 )->GroupCounts:
     "Confusion counts of members, rest and unknown for every identity, and AUC pair counts, in one vectorised pass."
-    eng = count_engine(y_true, y_pred, sensitive_features, y_score, threshold, intersections)
+    eng = count_engine(y_true, y_pred, sensitive_features, y_score, threshold, intersections, reference)
     W = None
     if sample_weight is not None:
         W = np.asarray(sample_weight, dtype=np.float64)

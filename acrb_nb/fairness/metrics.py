@@ -19,8 +19,8 @@ __all__ = ['group_metrics', 'statistical_parity_difference', 'equal_opportunity_
            'fairness_metrics', 'simulate_predictions']
 
 # %% ../../nbs/30b_fairness.metrics.ipynb #e4c7e64e
-_GROUP_METRICS = ("acc", "f1", "tpr", "false_positive_rate", "pos_rate", "precision", "auc")
-_IDENTITY_METRICS = ("SPD", "EOpp_diff", "FPR_diff", "EOdds_diff", "DI_ratio", "subgroup_auc", "bpsn_auc", "bnsp_auc")
+_GROUP_METRICS = ("acc", "f1", "tpr", "false_positive_rate", "pos_rate", "false_negative_rate", "precision", "auc")
+_IDENTITY_METRICS = ("SPD", "EOpp_diff", "FPR_diff", "FNR_diff", "EOdds_diff", "DI_ratio", "subgroup_auc", "bpsn_auc", "bnsp_auc")
 _SUMMARY_METRICS = ("WorstAbsSPD", "WorstAbsEOpp", "WorstGroupAcc", "WorstGroupF1", "overall_acc", "overall_f1",
                     "overall_auc", "PowerMean_subgroup_auc", "PowerMean_bpsn_auc", "PowerMean_bnsp_auc", "final_bias_auc")
 
@@ -36,13 +36,14 @@ def _rates(c:np.ndarray)->dict:
     tn, fp, fn, tp = (c[..., i] for i in range(4))
     n, npos, nneg, npp = tn + fp + fn + tp, fn + tp, tn + fp, fp + tp
     return dict(n=n, n_pos=npos, n_neg=nneg, n_pred_pos=npp, acc=_div(tn + tp, n), f1=_div(2 * tp, 2 * tp + fp + fn),
-                tpr=_div(tp, npos), false_positive_rate=_div(fp, nneg), pos_rate=_div(npp, n), precision=_div(tp, npp))
+                tpr=_div(tp, npos), false_positive_rate=_div(fp, nneg), pos_rate=_div(npp, n), precision=_div(tp, npp),
+                false_negative_rate=_div(fn, npos))
 
 def _group_reasons(r:dict, auc_pairs, has_score:bool)->str:
     "Why each NaN metric of one group (point counts `r`) is undefined."
     out = []
     if r["n"] == 0: out.append("acc, pos_rate: empty group")
-    if r["n_pos"] == 0: out.append("tpr: no positive labels in group")
+    if r["n_pos"] == 0: out.append("tpr, false_negative_rate: no positive labels in group")
     if r["n_neg"] == 0: out.append("false_positive_rate: no negative labels in group")
     if r["n_pred_pos"] == 0: out.append("precision: no positive predictions in group")
     if r["n_pos"] == 0 and r["n_pred_pos"] == 0: out.append("f1: no positive labels or predictions in group")
@@ -91,7 +92,7 @@ def _groups_table(gc, r, o, skip, min_group_size, rr=None, orr=None, level=0.95)
     for m in ("acc", "f1", "tpr", "false_positive_rate", "pos_rate"): cols[m] = np.r_[o[m][0], r[m][0].ravel()]
     cols["member"] = pd.array([pd.NA] + [bool(g) for _ in names for g in (0, 1)], dtype="boolean")
     for m in ("n_pos", "n_neg", "n_pred_pos"): cols[m] = _num(np.r_[o[m][0], r[m][0].ravel()])
-    for m in ("precision", "auc"): cols[m] = np.r_[o[m][0], r[m][0].ravel()]
+    for m in ("false_negative_rate", "precision", "auc"): cols[m] = np.r_[o[m][0], r[m][0].ravel()]
     pt = lambda src, i, *ix: {k: src[k][(0, *ix)] for k in ("n", "n_pos", "n_neg", "n_pred_pos")}
     reasons = [_group_reasons(pt(o, 0), opairs, has_score)]
     for j in range(K):
@@ -127,7 +128,8 @@ def _identity_arrays(gc:GroupCounts, r:dict, skip:np.ndarray)->dict:
     "Per-identity disparity and bias-AUC arrays (B, K) from the group arrays `r`; skipped identities NaN."
     d = {"SPD": r["pos_rate"][..., 1] - r["pos_rate"][..., 0],
          "EOpp_diff": r["tpr"][..., 1] - r["tpr"][..., 0],
-         "FPR_diff": r["false_positive_rate"][..., 1] - r["false_positive_rate"][..., 0]}
+         "FPR_diff": r["false_positive_rate"][..., 1] - r["false_positive_rate"][..., 0],
+         "FNR_diff": r["false_negative_rate"][..., 1] - r["false_negative_rate"][..., 0]}
     d["EOdds_diff"] = np.maximum(np.abs(d["EOpp_diff"]), np.abs(d["FPR_diff"]))  # NaN if either is undefined
     d["DI_ratio"] = _div(r["pos_rate"][..., 1], r["pos_rate"][..., 0])
     a = _div(gc.auc[..., 0], gc.auc[..., 1]) if gc.auc is not None else np.full(r["n"].shape[:2] + (4,), np.nan)
@@ -141,9 +143,9 @@ def _identity_reasons(gc:GroupCounts, j:int, skip:np.ndarray, min_group_size)->s
     if skip[j].any():
         return "skipped: " + ", ".join(f"{lab} n={c['n'][g]:g} < min_group_size={min_group_size}"
                                        for g, lab in ((1, "members"), (0, "rest")) if skip[j, g])
-    out, who = [], {1: "members", 0: "the rest"}
+    out, who = [], {1: "members", 0: "the rest" if gc.reference is None else f"the reference ({gc.reference})"}
     for g in (1, 0):
-        if c["n_pos"][g] == 0: out.append(f"EOpp_diff, EOdds_diff: no positive labels among {who[g]}")
+        if c["n_pos"][g] == 0: out.append(f"EOpp_diff, FNR_diff, EOdds_diff: no positive labels among {who[g]}")
         if c["n_neg"][g] == 0: out.append(f"FPR_diff, EOdds_diff: no negative labels among {who[g]}")
     if c["n_pred_pos"][0] == 0: out.append("DI_ratio: no positive predictions among the rest")
     if gc.auc is None: out.append("AUCs: no scores given")
@@ -160,6 +162,7 @@ def _identities_table(gc, r, d, skip, min_group_size, dr=None, level=0.95)->pd.D
     cols = {"identity": gc.identities, "SPD": d["SPD"][0], "EOpp_diff": d["EOpp_diff"][0],
             "n_A0": _num(n[:, 1]), "n_A1": _num(n[:, 2]), "n_unknown": _num(n[:, 0]), "skipped": skip.any(-1)}
     for k in _IDENTITY_METRICS[2:]: cols[k] = d[k][0]
+    if gc.reference is not None: cols["reference"] = gc.reference  # pairwise: n_A0 counts the reference's members
     cols["reason"] = [_identity_reasons(gc, j, skip, min_group_size) for j in range(len(gc.identities))]
     if dr is not None:
         for k in _IDENTITY_METRICS: cols[f"{k}_lo"], cols[f"{k}_hi"] = _intervals(dr[k], level)
@@ -308,16 +311,18 @@ class FairnessReport(NamedTuple):
     groups: pd.DataFrame # fairness_report.csv: overall, then each identity's rest (`=0`) and members (`=1`)
     identities: pd.DataFrame # fairness_report.per_identity.csv: disparities and bias AUCs per identity
     summary: pd.DataFrame # fairness_report.summary.csv: one row of worst cases, overall figures and settings
+    pairwise: pd.DataFrame|None = None # fairness_report.pairwise.csv: disparities of each peer against a reference group (`fairness_report(reference=...)`)
 
     def save(self,
              path="fairness_report.csv", # the per-group CSV; the others go beside it (`.per_identity.csv`, `.summary.csv`)
              parquet:bool=True, # also write the three tables as parquet (same names, `.parquet`)
             )->list:
-        "Write the seed's three CSV files (and parquet copies); returns the paths written."
+        "Write the seed's three CSV files (a fourth, `.pairwise`, with a reference group) and parquet copies; returns the paths written."
         path = Path(path)
         stem = path.name[:-4] if path.name.endswith(".csv") else path.name
         out = []
-        for suffix, df in (("", self.groups), (".per_identity", self.identities), (".summary", self.summary)):
+        tables = (("", self.groups), (".per_identity", self.identities), (".summary", self.summary), (".pairwise", self.pairwise))
+        for suffix, df in ((s, d) for s, d in tables if d is not None):
             out.append(_atomic_write(path.with_name(f"{stem}{suffix}.csv"), df.to_csv(index=False)))
             if parquet: out.append(_atomic_write(path.with_name(f"{stem}{suffix}.parquet"), df.to_parquet(index=False)))
         return out
@@ -347,6 +352,7 @@ def fairness_metrics(y_true, # binary labels (0/1 or bool)
                      threshold:float=0.5, # fraction columns: member iff value >= threshold
                      min_group_size:int=1, # groups with fewer rows are reported as skipped, with their n
                      intersections=None, # None, True (all cross-column pairs) or a list of identity pairs
+                     reference:str|None=None, # None: members vs the rest; an identity (e.g. "Caucasian"): each of its peers vs it
                      sample_weight=None, # optional row weights (n,)
                      n_boot:int=0, # bootstrap replicates for intervals (0: none)
                      seed:int=0, # seed of the bootstrap stream
@@ -358,7 +364,7 @@ def fairness_metrics(y_true, # binary labels (0/1 or bool)
     if boot not in ("bayes", "stratified"): raise ValueError(f"boot={boot!r} unknown; use 'bayes' or 'stratified'")
     if not 0 < alpha < 1: raise ValueError(f"alpha={alpha} must lie in (0, 1), e.g. 0.05 for 95% intervals")
     if n_boot and n_boot < 50: raise ValueError(f"n_boot={n_boot}; use 0 (no intervals) or >= 50 (1000 or more for reported intervals)")
-    eng = count_engine(y_true, y_pred, sensitive_features, y_score, threshold, intersections)
+    eng = count_engine(y_true, y_pred, sensitive_features, y_score, threshold, intersections, reference)
     w = None
     if sample_weight is not None:
         w = np.asarray(sample_weight, dtype=np.float64)
@@ -386,7 +392,7 @@ def fairness_metrics(y_true, # binary labels (0/1 or bool)
                 WorstGroupF1_identity=_arg(r["f1"][0, :, 1], names, np.nanargmin))
     summ.update({k: s[k][0] for k in _SUMMARY_METRICS[4:]})
     summ.update(n=_num(o["n"][0]).item(), n_identities=len(names), n_skipped=int(skip.any(-1).sum()),
-                threshold=threshold, min_group_size=min_group_size, power=power, n_boot=n_boot,
+                threshold=threshold, min_group_size=min_group_size, power=power, n_boot=n_boot, reference=eng.reference,
                 boot=boot if n_boot else None, alpha=alpha if n_boot else None, seed=seed if n_boot else None)
     if sr is not None:
         for k in _SUMMARY_METRICS: summ[f"{k}_lo"], summ[f"{k}_hi"] = map(float, _intervals(sr[k], level))

@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from .metrics import FairnessReport, fairness_metrics
+from ..core import data_path
 
 # %% auto #0
-__all__ = ['fairness_report']
+__all__ = ['fairness_report', 'expand_counts']
 
 # %% ../../nbs/30c_fairness.report.ipynb #699b1108
 def _binarize(s:pd.Series, name:str, positive_label, label_threshold:float)->pd.Series:
@@ -41,6 +42,7 @@ def fairness_report(df, # predictions table (DataFrame) or a path to a parquet /
                     label_threshold:float=0.5, # fractional labels (e.g. Jigsaw `target`): positive iff >= this
                     boot:str="bayes", # "bayes" or "stratified" (see `fairness_metrics`)
                     power:float=-5.0, # power of the generalized mean of bias AUCs
+                    reference:str|None=None, # also compare each peer of this group with it (e.g. "Caucasian"): the `pairwise` table
                    )->FairnessReport:
     "The seed's fairness report (per group, per identity, summary) of a predictions table, with bootstrap intervals."
     if isinstance(df, (str, Path)):
@@ -59,9 +61,24 @@ def fairness_report(df, # predictions table (DataFrame) or a path to a parquet /
     keep = (y.notna() & p.notna()).to_numpy()
     if not keep.any(): raise ValueError(f"no row has both a label ('{label_col}') and a prediction ('{pred_col}')")
     score = None if not score_col else pd.to_numeric(df[score_col], errors="raise").to_numpy(float)[keep]
-    rep = fairness_metrics(y[keep].astype(np.int8), p[keep].astype(np.int8), sensitive_features=df.loc[keep, id_cols],
-                           y_score=score, threshold=threshold, min_group_size=min_group_size, intersections=intersections,
-                           n_boot=n_boot, seed=seed, alpha=alpha, boot=boot, power=power)
+    args = dict(y_true=y[keep].astype(np.int8), y_pred=p[keep].astype(np.int8), sensitive_features=df.loc[keep, id_cols],
+                y_score=score, threshold=threshold, min_group_size=min_group_size, n_boot=n_boot, seed=seed, alpha=alpha,
+                boot=boot, power=power)
+    rep = fairness_metrics(**args, intersections=intersections)
+    if reference is not None: rep = rep._replace(pairwise=fairness_metrics(**args, reference=reference).identities)
     s = rep.summary.assign(n_dropped=int((~keep).sum()), n_no_score=int(np.isnan(score).sum()) if score is not None else None,
                            label_col=label_col, pred_col=pred_col, score_col=score_col)
     return rep._replace(summary=s)
+
+# %% ../../nbs/30c_fairness.report.ipynb #d68570f0
+def expand_counts(counts, # a table of counts (DataFrame, or a CSV / parquet path): one row per cell
+                  n_col:str="n", # the column holding each cell's count
+                 )->pd.DataFrame:
+    "One row per item from a table of counts (the other columns repeated `n` times), e.g. a published confusion table."
+    if isinstance(counts, (str, Path)):
+        p = Path(counts)
+        counts = pd.read_parquet(p) if p.suffix in (".parquet", ".pq") else pd.read_csv(p)
+    if n_col not in counts.columns: raise ValueError(f"no count column {n_col!r}; columns are {list(counts.columns)} (pass n_col=)")
+    n = pd.to_numeric(counts[n_col], errors="raise")
+    if (n < 0).any() or (n != n.round()).any(): raise ValueError(f"counts in {n_col!r} must be whole numbers >= 0")
+    return counts.drop(columns=n_col).loc[counts.index.repeat(n.astype(int))].reset_index(drop=True)

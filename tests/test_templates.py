@@ -1,0 +1,91 @@
+"""The four report templates run under papermill from any working directory, and the fairness report reads a user's
+own data by a path relative to the user's folder (issue 18, items 8 and 9).
+
+`papermill /abs/path/nbs/<t>.ipynb out.ipynb` is run as a subprocess from the repository root and from an empty
+temporary folder. The parameters are made small (what is tested is where the template runs from, not its
+statistics); run folders go to the test's temporary folder so the repository is left clean.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+ROOT = Path(__file__).resolve().parents[1]
+NBS = ROOT / "nbs"
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+       "MPLBACKEND": "Agg", "ACRB_PROGRESS": "0"}
+SMALL = {  # template -> parameters that keep the run short
+    "acrb": {"n_base_prompts": 9, "n_boot": 200},
+    "iat": {"n_boot": 200, "n_perm": 200},
+    "toxicity": {"max_rows": 24, "ig_rows": 1, "ig_steps": 4},
+    "fairness": {"n_boot": 200},
+}
+WRITES_RUNS = ("acrb", "toxicity")  # templates whose default run folder is under the working directory
+
+
+def _errors(ipynb: Path) -> list:
+    nb = json.loads(ipynb.read_text())
+    return [f"{o.get('ename')}: {o.get('evalue')}" for c in nb["cells"] for o in c.get("outputs", [])
+            if o.get("output_type") == "error"]
+
+
+@pytest.mark.parametrize("where", ["repo_root", "tmp_folder"])
+@pytest.mark.parametrize("template", ["acrb", "fairness", "iat", "toxicity"])
+def test_template_runs_from_any_folder(template, where, tmp_path):
+    cwd = ROOT if where == "repo_root" else tmp_path / "elsewhere"
+    cwd.mkdir(exist_ok=True)
+    params = dict(SMALL[template])
+    if template in WRITES_RUNS: params["run_dir"] = str(tmp_path / "run")
+    out = tmp_path / f"{template}.out.ipynb"
+    args = [sys.executable, "-m", "papermill", str(NBS / f"{template}.ipynb"), str(out), "--no-progress-bar", "-k", "python3"]
+    for k, v in params.items(): args += ["-p", k, str(v)]
+    r = subprocess.run(args, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=850)
+    assert r.returncode == 0, (r.stderr[-3000:], _errors(out) if out.exists() else None)
+    assert out.exists() and _errors(out) == []
+    if where == "tmp_folder":  # nothing was written next to the user except what they asked for
+        assert sorted(p.name for p in cwd.iterdir()) == []
+
+
+def _compas(folder: Path) -> Path:
+    "ProPublica's published COMPAS counts as a one-row-per-defendant CSV in the user's folder."
+    from acrb_nb.fairness import expand_counts
+    (folder / "data").mkdir(parents=True)
+    path = folder / "data" / "compas.csv"
+    expand_counts(ROOT / "data" / "fairness" / "compas_propublica.counts.csv").to_csv(path, index=False)
+    return path
+
+
+def test_fairness_cli_reads_a_relative_path_from_the_users_folder(tmp_path):
+    _compas(tmp_path)
+    cmd = [sys.executable, "-m", "acrb_nb.report", "fairness", "-p", "model", "compas", "-p", "preds", "data/compas.csv",
+           "-p", "label_col", "reoffended", "-p", "pred_col", "high_risk", "-p", "score_col", "", "-p", "id_cols", "race",
+           "-p", "reference", "caucasian", "-p", "n_boot", "200", "-p", "out", "outputs/compas.csv"]
+    r = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)  # no settings.ini above
+    assert r.returncode == 0, r.stderr[-3000:]
+    html = (tmp_path / "reports" / "fairness" / "compas.html").read_text()
+    assert "African-American" in html and "Against a reference group" in html and "fnr" in html
+    groups = pd.read_csv(tmp_path / "outputs" / "compas.csv").set_index("group")  # `out` is the user's folder too
+    assert round(100 * groups.loc["race:African-American=1", "false_positive_rate"], 2) == 44.85  # ProPublica's figures
+    assert round(100 * groups.loc["race:Caucasian=1", "false_negative_rate"], 2) == 47.72
+    pw = pd.read_csv(tmp_path / "outputs" / "compas.pairwise.csv").set_index("identity").loc["race:African-American"]
+    assert pw.reference == "race:Caucasian" and round(pw.SPD, 3) == 0.240
+    assert pw.FPR_diff_lo > 0 and pw.FNR_diff_hi < 0
+
+
+def test_fairness_cli_missing_relative_path_names_the_users_folder(tmp_path):
+    cmd = [sys.executable, "-m", "acrb_nb.report", "fairness", "-p", "preds", "data/nothing.csv", "-p", "n_boot", "0"]
+    r = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1
+    assert str(tmp_path.resolve() / "data" / "nothing.csv") in r.stderr and "not found" in r.stderr
+
+
+def test_fairness_cli_refuses_a_comma_list_for_id_cols(tmp_path):
+    cmd = [sys.executable, "-m", "acrb_nb.report", "fairness", "-p", "id_cols", "race,sex"]
+    r = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "expects list" in r.stderr and "-y 'id_cols:" in r.stderr
