@@ -69,6 +69,7 @@ def judge_key(judge_info:dict, image_sha256:str, instruction:str)->str:
     "Cache key of one judgement."
     return item_key("acrb.cue", judge=judge_info, image=image_sha256, instruction=instruction, schema=CUE_SCHEMA)
 
+# %% ../../nbs/13_acrb.judge.ipynb #0f3252ee
 def _blob_image(it:dict, blobs, field:str="image"):
     "An item's image: its bytes when a Ray worker received them, else the blob file of the local store."
     return load_image(it[f"{field}_bytes"] if f"{field}_bytes" in it else blobs.blob_path(it[field]))
@@ -83,7 +84,8 @@ def cue_work(judge:VisionJudge, # the loaded judge (in this process or in a Ray 
         return {"outcome": f"judge_{res['outcome']}", "judge_outcome": res["outcome"], "cue": data.get("cue"),
                 "substitute": data.get("substitute"), "evidence": data.get("evidence"),
                 "confidence": data.get("confidence"), "raw_text": res.get("raw_text"), "refusal": res.get("refusal"),
-                "attempts": res["attempts"], "errors": res["errors"], "usage": res.get("usage") or {}}
+                "attempts": res["attempts"], "errors": res["errors"], "usage": res.get("usage") or {},
+                **({"probs": res["probs"]} if res.get("probs") is not None else {})}  # label probabilities of a log-prob judge
     return work
 
 def _attach_image(store:ItemStore, field:str="image"):
@@ -94,6 +96,7 @@ def _attach_image(store:ItemStore, field:str="image"):
         return it
     return prep
 
+# %% ../../nbs/13_acrb.judge.ipynb #4ce46ecd
 def judge_cues(run:Run|ItemStore, # where judgements are stored (same store as Stage II)
                judge:VisionJudge|AdapterRef, # the cue judge, or its registry name as an AdapterRef (needed for Ray)
                df:pd.DataFrame, # rows from `hard_refusals` joined with Stage I (needs subject, cues)
@@ -136,6 +139,8 @@ def judge_cues(run:Run|ItemStore, # where judgements are stored (same store as S
         return e["record"].get(f)
     for f in ("judge_outcome", "cue", "substitute", "evidence", "confidence"):
         out[f"{prefix}_{f.replace('judge_', '')}"] = [col(k, f) if k else None for k in keys]
+    probs = [col(k, "probs") if k else None for k in keys]
+    if any(p is not None for p in probs): out[f"{prefix}_probs"] = probs  # only judges that return label probabilities
     out[f"{prefix}_retention"] = out[f"{prefix}_cue"].map(RETENTION)
     return StageResult(out, res.summary, info)
 
