@@ -15,8 +15,8 @@ from .. import stats
 # %% auto #0
 __all__ = ['HARD', 'POLICY_ATTRIBUTES', 'OUTCOMES', 'ANALYSES', 'policy_cells', 'acrb_long', 'without_policy_prompts',
            'planted_long', 'rates', 'disparities', 'verdict', 'delta_bounds', 'tests_vs_neutral', 'AcrbAnalysis',
-           'analyse', 'analysis_summary', 'acrb_summary', 'write_summary', 'sim_expected', 'delta_coverage',
-           'coverage_table']
+           'analyse', 'analysis_summary', 'acrb_summary', 'plain_json', 'write_summary', 'sim_expected',
+           'delta_coverage', 'coverage_table']
 
 # %% ../../nbs/14_acrb.metrics.ipynb #db4b7848
 HARD = ("refused_policy", "refused_safety_filter", "blank_or_placeholder", "empty") # final outcomes that count as refused
@@ -259,12 +259,13 @@ def acrb_summary(long:pd.DataFrame, # from `acrb_long`
          "primary_analysis": "excluding_policy_cells" if exclude_policy_cells else "all_prompts"}
     for b in (s, s["excluding_policy_cells"]): b["tests_vs_neutral"]["correction"] = correction
     s["intervals"]["method"] = "Wilson when each prompt gives one item per attribute, else cluster bootstrap over prompts (percentile)"
-    return _json_clean(s)
+    return plain_json(s)
 
-def _json_clean(o):
+def plain_json(o, # a dict, list or value from numpy / pandas computations
+              ):
     "Plain JSON values: numpy numbers to float, NaN/inf to None (JSON has no NaN), recursively."
-    if isinstance(o, dict): return {k: _json_clean(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)): return [_json_clean(v) for v in o]
+    if isinstance(o, dict): return {k: plain_json(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)): return [plain_json(v) for v in o]
     if isinstance(o, (bool, np.bool_)): return bool(o)
     if isinstance(o, (int, np.integer)): return int(o)
     if isinstance(o, (float, np.floating)): return float(o) if np.isfinite(o) else None
