@@ -409,7 +409,12 @@ def _ppi():
 
 _PSEUDO_Y, _PSEUDO_F = np.array([0.0, 0.0, 1.0, 1.0]), np.array([0.0, 1.0, 0.0, 1.0])
 
-def ppi_lambda(y, yhat, yhat_unlabelled, w=None, w_unlabelled=None)->float:
+def ppi_lambda(y, # human labels of the labelled items
+               yhat, # the judge's verdicts on them
+               yhat_unlabelled, # the judge's verdicts on the unlabelled items
+               w=None, # weights of the labelled items (None: equal)
+               w_unlabelled=None, # weights of the unlabelled items (None: equal)
+              )->float:
     "PPI++'s power-tuning λ for a mean, as `ppi_py` computes it for `lam=None` (for display; NaN-free: 0 when the judge is constant)."
     y, f, fu = (np.asarray(a, float).reshape(-1) for a in (y, yhat, yhat_unlabelled))
     n, N = len(y), len(fu)
@@ -439,21 +444,17 @@ def ppi_rate(y, # human labels (0/1) of the labelled items
     if len(f) != n: raise ValueError(f"ppi_rate: {n} labels but {len(f)} verdicts on the labelled items; pass one of each")
     if n < 2 or N < 1: raise ValueError(f"ppi_rate: needs ≥ 2 labelled and ≥ 1 unlabelled items, got n={n}, N={N}")
     if np.isnan(np.r_[y, f, fu]).any(): raise ValueError("ppi_rate: NaN in labels or verdicts; drop items without a verdict first")
-    if pseudo and not np.isin(np.r_[y, f], (0.0, 1.0)).all():
-        raise ValueError("ppi_rate: pseudo-items assume 0/1 labels and verdicts; pass pseudo=0 for other outcomes")
-    w_ = np.ones(n) if w is None else np.asarray(w, float)
-    wu_ = None if w_unlabelled is None else np.asarray(w_unlabelled, float)
+    if pseudo and not np.isin(np.r_[y, f], (0.0, 1.0)).all(): raise ValueError("ppi_rate: pseudo-items assume 0/1 labels and verdicts; pass pseudo=0 for other outcomes")
+    w_, wu_ = np.ones(n) if w is None else np.asarray(w, float), None if w_unlabelled is None else np.asarray(w_unlabelled, float)
     lam_hat = ppi_lambda(y, f, fu, w_, wu_) if lam is None else float(lam)
     lam_use = lam if (lam is not None or np.var(np.r_[f, fu]) > 0) else 0.0   # a constant judge: ppi_py's λ would be 0/0
     est = float(np.ravel(ppi.ppi_mean_pointestimate(y, f, fu, lam=lam_use, w=w_, w_unlabeled=wu_))[0])
     if pseudo: ya, fa, wa = np.r_[y, _PSEUDO_Y], np.r_[f, _PSEUDO_F], np.r_[w_ / w_.mean(), np.full(4, float(pseudo))]
     else: ya, fa, wa = y, f, w_
     lo, hi = (float(np.ravel(v)[0]) for v in ppi.ppi_mean_ci(ya, fa, fu, alpha=alpha, lam=lam_use, w=wa, w_unlabeled=wu_))
-    z = special.ndtri(1 - alpha / 2)
-    centre, half = (lo + hi) / 2, (hi - lo) / 2
+    z, centre, half = special.ndtri(1 - alpha / 2), (lo + hi) / 2, (hi - lo) / 2
     if small_sample: half *= math.sqrt(n / (n - 1)) * sps.t.ppf(1 - alpha / 2, n - 1) / z
-    return {"estimate": est, "lo": max(0.0, centre - half), "hi": min(1.0, centre + half), "se": half / z,
-            "lam": lam_hat, "n": n, "N": N}
+    return {"estimate": est, "lo": max(0.0, centre - half), "hi": min(1.0, centre + half), "se": half / z, "lam": lam_hat, "n": n, "N": N}
 
 # %% ../nbs/07_validation.ipynb #1dba3dfd
 def rogan_gladen(p:float, # judge-reported rate on the unlabelled items
@@ -492,8 +493,7 @@ def _group_weights(sub:pd.DataFrame, lab:np.ndarray, strata)->tuple:
     for s in np.unique(h):
         m = h == s; N_h, n_h = int(m.sum()), int((m & lab).sum())
         if n_h == 0: return None, None, s
-        w[m & lab] = N_h / n_h
-        wu[m & ~lab] = N_h / (N_h - n_h) if N_h > n_h else 0.0
+        w[m & lab], wu[m & ~lab] = N_h / n_h, (N_h / (N_h - n_h) if N_h > n_h else 0.0)
     return w[lab], wu[~lab], None
 
 # %% ../nbs/07_validation.ipynb #8fcd6d69

@@ -140,7 +140,12 @@ def verdict(p:float, # permutation p-value of Δ
     return "disparity" if p <= alpha else "no evidence of disparity"
 
 # %% ../../nbs/14_acrb.metrics.ipynb #8e9562a9
-def delta_bounds(long:pd.DataFrame, outcome:str="refused", alpha:float=0.05, n_boot:int=4000, seed:int=0)->pd.DataFrame:
+def delta_bounds(long:pd.DataFrame, # from `acrb_long`
+                 outcome:str="refused", # refused / erased / erased_all
+                 alpha:float=0.05, # 1 - simultaneous confidence level
+                 n_boot:int=4000, # bootstrap resamples when a prompt gives several items per cell
+                 seed:int=0, # bootstrap seed
+                )->pd.DataFrame:
     "Conservative simultaneous (Bonferroni) bounds for Δ per dimension and pooled."
     d = long[long.attribute_type.ne("neutral")].dropna(subset=[outcome])
     one_per_cluster = d.groupby(["attribute_id", "cluster"]).size().max() <= 1
@@ -158,7 +163,11 @@ def delta_bounds(long:pd.DataFrame, outcome:str="refused", alpha:float=0.05, n_b
     return pd.DataFrame(rows)
 
 # %% ../../nbs/14_acrb.metrics.ipynb #f6a09e97
-def tests_vs_neutral(long:pd.DataFrame, outcome:str="refused", by=None, correction:str="holm")->stats.ComparisonTables:
+def tests_vs_neutral(long:pd.DataFrame, # from `acrb_long`
+                     outcome:str="refused", # refused / erased / erased_all
+                     by=None, # cell columns the family is split by (e.g. "domain"); None: one family
+                     correction:str="holm", # "holm" (family-wise) or "fdr_bh"
+                    )->stats.ComparisonTables:
     "McNemar per attribute vs neutral (paired by prompt × image) and Cochran's Q per cell, adjusted."
     d = long.dropna(subset=[outcome])
     return stats.paired_tests(d, outcome, "attribute_id", "pair", reference="neutral", by=by, correction=correction)
@@ -228,7 +237,9 @@ def analysis_summary(an:AcrbAnalysis, # from `analyse`
 
 # %% ../../nbs/14_acrb.metrics.ipynb #fdffae4a
 def acrb_summary(long:pd.DataFrame, # from `acrb_long`
-                 model_name:str, mode:str, run_id:str, # identification
+                 model_name:str, # the audited model
+                 mode:str, # "t2i" or "i2i"
+                 run_id:str, # the run's id
                  n_boot:int=2000, # bootstrap resamples
                  seed:int=0, # seed of the bootstrap and the permutations
                  correction:str="holm", # p-value adjustment of the paired tests
@@ -271,7 +282,9 @@ def plain_json(o, # a dict, list or value from numpy / pandas computations
     if isinstance(o, (float, np.floating)): return float(o) if np.isfinite(o) else None
     return o
 
-def write_summary(summary:dict, path)->Path:
+def write_summary(summary:dict, # from `acrb_summary`
+                  path, # where acrb_summary.json goes
+                 )->Path:
     "Write acrb_summary.json atomically with sorted keys."
     return atomic_write(path, json.dumps(summary, indent=2, sort_keys=True))
 

@@ -45,14 +45,17 @@ def select_base_ids(stage1:pd.DataFrame, # Stage I rows
     return sorted(out)
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #0c2530cf
-def resolve_judge(judge:str, model:str)->str:
+def resolve_judge(judge:str, # a judge name, or "auto"
+                  model:str, # the audited model
+                 )->str:
     "Concrete judge name for `judge='auto'`."
     if judge != "auto": return judge
     if model == "sim": return "sim"
     if model.startswith("tiny"): return "clip:tiny-clip"
     return "clip:clip-vit-b-32"
 
-def judge_ref(name:str)->AdapterRef:
+def judge_ref(name:str, # a VISION_JUDGES name or clip:<encoder>
+             )->AdapterRef:
     "The adapter behind a judge name: `clip:<encoder>` → an IMAGE_TEXT_ENCODERS entry, else a VISION_JUDGES entry."
     if name.startswith("clip:"): return AdapterRef.of("image_text_encoder", name.split(":", 1)[1])
     return AdapterRef.of("vision_judge", name)
