@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_validation.ipynb #4c760119
 from __future__ import annotations
-import json, math, shutil, sys, warnings
+import dataclasses, json, math, shutil, sys, warnings
 from pathlib import Path
 from typing import Mapping, Sequence
 import numpy as np
@@ -17,13 +17,20 @@ from . import stats
 from .stats.resample import as_generator, check_columns, numeric_outcome
 
 # %% auto #0
-__all__ = ['ERASED', 'LABELS_CSV', 'SAMPLE_JSON', 'UNCORRECTED', 'RATE_COLUMNS', 'PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS',
-           'label_items', 'acrb_label_items', 'iat_label_items', 'toxicity_label_items', 'allocate', 'sample_items',
-           'label_key', 'sample_design', 'export_for_labelling', 'import_labels', 'labels_frame', 'binarize',
-           'agreement', 'ppi_lambda', 'ppi_rate', 'rogan_gladen', 'corrected_rates', 'simulate_judged_audit',
-           'corrected_differences', 'delta_interval', 'corrected_delta', 'coverage_study', 'coverage_summary']
+__all__ = ['ERASED', 'LABELS_CSV', 'SAMPLE_JSON', 'KAPPA_INTERVAL', 'UNCORRECTED', 'CORRECTED', 'RATE_COLUMNS',
+           'PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS', 'LabelPopulation', 'label_items', 'acrb_label_items',
+           'iat_label_items', 'toxicity_label_items', 'allocate', 'LabelSample', 'sample_items', 'label_key',
+           'sample_design', 'export_for_labelling', 'import_labels', 'labels_frame', 'binarize', 'agreement',
+           'ppi_lambda', 'ppi_rate', 'rogan_gladen', 'corrected_rates', 'correction_note', 'simulate_judged_audit',
+           'corrected_differences', 'corrected_delta', 'coverage_study', 'coverage_summary']
 
 # %% ../nbs/07_validation.ipynb #335d7231
+@dataclasses.dataclass(frozen=True, eq=False)
+class LabelPopulation:
+    "The items a rate is computed over, in the labelling format, with the columns that define its strata."
+    items: pd.DataFrame # key, stratum columns, image, text, question, verdict (+ kept columns)
+    strata: tuple # stratum columns of `items`
+
 def label_items(df:pd.DataFrame, # one row per item of the population (the items a rate is computed over)
                 *, key:str="key", # column holding the run's item key
                 strata:Sequence[str]=("attribute_id",), # stratum columns kept for sampling and reporting
@@ -32,16 +39,14 @@ def label_items(df:pd.DataFrame, # one row per item of the population (the items
                 text:str|None=None, # column with a text to read
                 question:str="", # a column name (one question per row) or the question itself
                 keep:Sequence[str]=(), # further columns to carry along (not shown to the labeller)
-               )->pd.DataFrame:
+               )->LabelPopulation:
     "The population in the labelling format: key, strata, image/text, question, verdict (+ kept columns)."
     check_columns(df, [key, list(strata), verdict, image, text, list(keep)], "label_items")
-    if image is None and text is None:
-        raise ValueError("label_items: give image= or text= (a labeller needs something to look at)")
+    if image is None and text is None: raise ValueError("label_items: give image= or text= (a labeller needs something to look at)")
     if df[key].isna().any(): raise ValueError(f"label_items: column '{key}' has missing keys; every item needs its run key")
     dup = df[key].duplicated()
-    if dup.any():
-        raise ValueError(f"label_items: {int(dup.sum())} duplicate keys in '{key}' (e.g. {df[key][dup].iloc[0]!r}); "
-                         "the population must hold each item once")
+    if dup.any(): raise ValueError(f"label_items: {int(dup.sum())} duplicate keys in '{key}' (e.g. {df[key][dup].iloc[0]!r}); "
+                                   "the population must hold each item once")
     out = pd.DataFrame({"key": df[key].astype(str).to_numpy()})
     for c in strata: out[c] = df[c].to_numpy()
     out["image"] = df[image].to_numpy() if image else None
@@ -50,8 +55,7 @@ def label_items(df:pd.DataFrame, # one row per item of the population (the items
     out["verdict"] = df[verdict].to_numpy() if verdict else None
     for c in keep:
         if c not in out.columns: out[c] = df[c].to_numpy()
-    out.attrs["strata"] = list(strata)
-    return out
+    return LabelPopulation(out, tuple(strata))
 
 # %% ../nbs/07_validation.ipynb #fe719e4a
 ERASED = ("absent", "substituted") # ACRB cue verdicts that count as erased (the judge's RETENTION is 0 for them)
@@ -64,7 +68,7 @@ def _cue_question(dimension, value, subject, cues)->str:
 
 def acrb_label_items(stage3:pd.DataFrame, # Stage III rows (`acrb.judge.judge_cues` output joined with Stage I)
                      judge:str="judge", # judge column prefix (`<judge>_cue`)
-                    )->pd.DataFrame:
+                    )->LabelPopulation:
     "ACRB population: judged images (the items of E(a)) with the cue question, keyed by the Stage II item key."
     need = ["key", "image", "attribute_type", "attribute_value", "attribute_id", "domain", "subject", "cues", f"{judge}_cue"]
     check_columns(stage3, need, "acrb_label_items")
@@ -74,7 +78,7 @@ def acrb_label_items(stage3:pd.DataFrame, # Stage III rows (`acrb.judge.judge_cu
     return label_items(d, strata=("attribute_id",), verdict=f"{judge}_cue", image="image", question="question", keep=keep)
 
 def iat_label_items(results:pd.DataFrame, # from `iat.trial_results` (or `iat.score_trials`)
-                   )->pd.DataFrame:
+                   )->LabelPopulation:
     "IAT population: answered trials; the labeller reads the model's answer and names the option it chose (A, B, none)."
     check_columns(results, ["key", "target_attr", "condition", "outcome", "choice", "model_response", "instruction", "images"],
                 "iat_label_items")
@@ -90,7 +94,7 @@ def toxicity_label_items(preds:pd.DataFrame, # from `toxicity.zeroshot.score_dat
                          keys:Sequence[str], # the run's row keys, in the same order
                          strata:Sequence[str]=(), # identity columns to stratify by
                          labels:Sequence[str]=("toxic", "non-toxic"), # (positive, negative) task labels
-                        )->pd.DataFrame:
+                        )->LabelPopulation:
     "Toxicity population: scored texts with the task question; `pred` 1/0 shown as the positive/negative label."
     check_columns(preds, ["pred", *strata], "toxicity_label_items")
     if not (len(texts) == len(keys) == len(preds)):
@@ -141,19 +145,26 @@ def allocate(sizes:Mapping[str, int], # stratum → number of items N_h
         if share == 0:
             for h in open_[:left]: a[h] += 1
             break
-        for h in open_:
-            add = min(share, sizes[h] - a[h]); a[h] += add; left -= add
+        for h in open_: add = min(share, sizes[h] - a[h]); a[h] += add; left -= add
     return a
 
-def sample_items(items:pd.DataFrame, # the population (e.g. from `label_items`), one row per item
+@dataclasses.dataclass(frozen=True, eq=False)
+class LabelSample:
+    "A stratified random sample of a population: the sampled rows, the stratum columns and the recorded design."
+    items: pd.DataFrame # the sampled rows with stratum, N_h, n_h, pi and weight
+    strata: tuple # stratum columns
+    design: dict # strata, allocation, seed, n, population, per-stratum N / n / π
+
+def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `label_items`, or a frame with one row per item)
                  n:int, # labels wanted in total
-                 strata:Sequence[str]|None=None, # stratum columns (None: `items.attrs['strata']`, else none)
+                 strata:Sequence[str]|None=None, # stratum columns (None: the population's own, or none for a plain frame)
                  allocation:str="equal", # "equal" or "proportional"
                  seed:int=0, # sampling seed
                  key:str="key", # item key column
-                )->pd.DataFrame:
+                )->LabelSample:
     "Stratified simple random sample without replacement: the sampled rows with stratum, N_h, n_h, π and weight 1/π."
-    strata = list(items.attrs.get("strata", []) if strata is None else strata)
+    if isinstance(items, LabelPopulation): items, strata = items.items, (items.strata if strata is None else strata)
+    strata = list(strata or [])
     check_columns(items, [key, strata], "sample_items")
     if items[key].duplicated().any(): raise ValueError(f"sample_items: duplicate keys in '{key}'; the population must hold each item once")
     d = items.copy(); d["stratum"] = _stratum_ids(d, strata)
@@ -167,10 +178,9 @@ def sample_items(items:pd.DataFrame, # the population (e.g. from `label_items`),
     out = pd.concat(parts, ignore_index=True)
     out["pi"] = out.n_h / out.N_h
     out["weight"] = 1.0 / out.pi
-    out.attrs = {"strata": strata, "design": {
+    return LabelSample(out, tuple(strata), {
         "strata": strata, "allocation": allocation, "seed": int(seed), "n": int(n), "population": int(len(d)),
-        "per_stratum": {h: {"N": int(sizes[h]), "n": int(alloc[h]), "pi": alloc[h] / sizes[h]} for h in sorted(sizes)}}}
-    return out
+        "per_stratum": {h: {"N": int(sizes[h]), "n": int(alloc[h]), "pi": alloc[h] / sizes[h]} for h in sorted(sizes)}})
 
 # %% ../nbs/07_validation.ipynb #6c528be9
 LABELS_CSV, SAMPLE_JSON = "labels.csv", "sample.json"
@@ -202,11 +212,11 @@ def sample_design(run:Run|ItemStore, # the run
         if len(ids) != 1: raise ValueError(f"this run has {len(ids)} labelling samples {ids}; pass sample_id= one of them")
         sample_id = ids[0]
     raw = store.get_meta(f"validation.sample:{sample_id}")
-    if raw is None:
-        raise ValueError(f"sample {sample_id!r} was not exported from this run (its samples: {ids}); import labels into "
-                         "the run they were drawn from, or export a new sample from this run with export_for_labelling")
+    if raw is None: raise ValueError(f"sample {sample_id!r} was not exported from this run (its samples: {ids}); import labels into "
+                                     "the run they were drawn from, or export a new sample from this run with export_for_labelling")
     return json.loads(raw)
 
+# %% ../nbs/07_validation.ipynb #b691774c
 def _copy_images(paths, key:str, run_dir:Path, folder:Path)->str:
     "Copy an item's image(s) into folder/images/ and return their paths relative to the folder (';'-joined)."
     if paths is None or (isinstance(paths, float) and math.isnan(paths)) or (isinstance(paths, str) and not paths): return ""
@@ -220,7 +230,7 @@ def _copy_images(paths, key:str, run_dir:Path, folder:Path)->str:
         shutil.copyfile(src, dst); out.append(f"images/{name}")
     return ";".join(out)
 
-def export_for_labelling(sample:pd.DataFrame, # from `sample_items`
+def export_for_labelling(sample:LabelSample, # from `sample_items`
                          folder, # destination folder (created)
                          run:Run|ItemStore, # the run the items belong to (blobs are read from it; the design is recorded in it)
                          *, labels:Sequence[str]=("present", "absent", "substituted"), # allowed values of human_label
@@ -230,6 +240,9 @@ def export_for_labelling(sample:pd.DataFrame, # from `sample_items`
                          overwrite:bool=False, # replace an existing labels.csv (its labels are lost)
                         )->Path:
     "Write labels.csv (+ images/, sample.json) for hand labelling and record the sample's design in the run."
+    if not isinstance(sample, LabelSample):
+        raise TypeError(f"export_for_labelling takes the LabelSample of `sample_items`, got {type(sample).__name__}")
+    strata, design0, sample = list(sample.strata), sample.design, sample.items
     check_columns(sample, ["key", "stratum", "pi", "question", "image", "text", "verdict"], "export_for_labelling")
     folder = Path(folder); csv = folder / LABELS_CSV
     if csv.exists() and not overwrite:
@@ -242,9 +255,8 @@ def export_for_labelling(sample:pd.DataFrame, # from `sample_items`
     labels = [str(l).strip() for l in labels]
     if len(set(l.lower() for l in labels)) != len(labels) or "" in labels:
         raise ValueError(f"labels={labels}: give distinct, non-empty label values")
-    strata = list(sample.attrs.get("strata", []))
     design = {"format": "acrb_nb.labels/1", "task": task, "labels": labels, "show_verdict": bool(show_verdict),
-              "design": sample.attrs.get("design", {}), "run_id": getattr(getattr(run, "spec", None), "run_id", None),
+              "design": design0, "run_id": getattr(getattr(run, "spec", None), "run_id", None),
               "items": [{"key": k, "stratum": h, "pi": float(p)} for k, h, p in
                         sorted(zip(sample.key, sample.stratum, sample.pi))]}
     design["sample_id"] = sha256_hex({k: design[k] for k in ("task", "labels", "design", "items")})[:12]
@@ -292,15 +304,13 @@ def import_labels(source, # the export folder, or its labels.csv (sample.json mu
         raise ValueError(f"{csv}: key {df.key[df.key.duplicated()].iloc[0]!r} appears twice; keep one row per item")
     status = store.status_of(df.key.tolist())
     foreign = [k for k in df.key if status.get(k) is None]
-    if foreign:
-        raise ValueError(f"{csv}: {len(foreign)} key(s) are not items of this run, e.g. {foreign[:3]}. The CSV belongs to "
-                         "another run, or its keys were edited (spreadsheets can turn hex keys into numbers: import the "
-                         "key column as text)")
+    if foreign: raise ValueError(f"{csv}: {len(foreign)} key(s) are not items of this run, e.g. {foreign[:3]}. The CSV belongs to "
+                                 "another run, or its keys were edited (spreadsheets can turn hex keys into numbers: import the "
+                                 "key column as text)")
     info = {it["key"]: it for it in design["items"]}
     outside = [k for k in df.key if k not in info]
-    if outside:
-        raise ValueError(f"{csv}: {len(outside)} key(s) are items of the run but not of sample {meta['sample_id']}, e.g. "
-                         f"{outside[:3]}; only the random sample may be labelled (other labels would bias the correction)")
+    if outside: raise ValueError(f"{csv}: {len(outside)} key(s) are items of the run but not of sample {meta['sample_id']}, e.g. "
+                                 f"{outside[:3]}; only the random sample may be labelled (other labels would bias the correction)")
     allowed = {l.lower(): l for l in design["labels"]}
     filled = df[df.human_label != ""]
     bad = filled[~filled.human_label.str.lower().isin(allowed)]
@@ -332,14 +342,12 @@ def import_labels(source, # the export folder, or its labels.csv (sample.json mu
 def labels_frame(run:Run|ItemStore, # the run
                  sample_id:str|None=None, # which sample (None: the run's only sample)
                 )->pd.DataFrame:
-    "The imported labels of a sample: key, label, stratum, π, weight, labeller, notes (one row per labelled item)."
+    "The imported labels of a sample: key, label, stratum, π, weight, labeller, notes (one row per labelled item; `sample_design` has the rest)."
     design = sample_design(run, sample_id)
     recs = _stored_labels(_st(run), [it["key"] for it in design["items"]], design["task"])
     rows = [{"key": k, "label": r["label"], "stratum": r["stratum"], "pi": r["pi"], "weight": 1 / r["pi"],
              "labeller": r.get("labeller"), "notes": r.get("notes")} for k, r in sorted(recs.items())]
-    out = pd.DataFrame(rows, columns=["key", "label", "stratum", "pi", "weight", "labeller", "notes"])
-    out.attrs.update(sample_id=design["sample_id"], task=design["task"], labels=design["labels"], sample_size=len(design["items"]))
-    return out
+    return pd.DataFrame(rows, columns=["key", "label", "stratum", "pi", "weight", "labeller", "notes"])
 
 # %% ../nbs/07_validation.ipynb #5b26d1ec
 def binarize(values, # labels or verdicts (strings, numbers, None)
@@ -353,16 +361,16 @@ def binarize(values, # labels or verdicts (strings, numbers, None)
     out[miss.to_numpy()] = np.nan
     return out
 
+KAPPA_INTERVAL = "analytic: Fleiss, Cohen & Everitt (1969) large-sample SE (statsmodels cohens_kappa)" # how κ's interval is computed
+
 def _kappa(yt, yp, alpha):
     "Cohen's κ (sklearn) and its Fleiss–Cohen–Everitt interval (statsmodels) for 0/1 arrays."
-    from sklearn.metrics import cohen_kappa_score
-    from statsmodels.stats.inter_rater import cohens_kappa
+    from sklearn.metrics import cohen_kappa_score; from statsmodels.stats.inter_rater import cohens_kappa
     if len(set(yt.tolist())) < 2 or len(set(yp.tolist())) < 2: return np.nan, np.nan, np.nan   # κ needs both raters to use both classes
     k = float(cohen_kappa_score(yt, yp, labels=[0, 1]))
     table = np.array([[np.sum((yt == a) & (yp == b)) for b in (0, 1)] for a in (0, 1)], float)
     if not np.isfinite(k): return np.nan, np.nan, np.nan
-    se = math.sqrt(max(float(cohens_kappa(table).var_kappa), 0.0))
-    z = special.ndtri(1 - alpha / 2)
+    se, z = math.sqrt(max(float(cohens_kappa(table).var_kappa), 0.0)), special.ndtri(1 - alpha / 2)
     return k, max(-1.0, k - z * se), min(1.0, k + z * se)
 
 def agreement(y_true, # human labels, 0/1 (NaN = not labelled)
@@ -390,9 +398,7 @@ def agreement(y_true, # human labels, 0/1 (NaN = not labelled)
             row.update({name: k / d if d else np.nan, f"{name}_lo": lo, f"{name}_hi": hi})
         row["kappa"], row["kappa_lo"], row["kappa_hi"] = _kappa(t, p, alpha)
         rows.append(row)
-    out = pd.DataFrame(rows)
-    out.attrs["kappa_interval"] = "analytic: Fleiss, Cohen & Everitt (1969) large-sample SE (statsmodels cohens_kappa)"
-    return out
+    return pd.DataFrame(rows)
 
 # %% ../nbs/07_validation.ipynb #bce99299
 def _ppi():
@@ -403,7 +409,12 @@ def _ppi():
 
 _PSEUDO_Y, _PSEUDO_F = np.array([0.0, 0.0, 1.0, 1.0]), np.array([0.0, 1.0, 0.0, 1.0])
 
-def ppi_lambda(y, yhat, yhat_unlabelled, w=None, w_unlabelled=None)->float:
+def ppi_lambda(y, # human labels of the labelled items
+               yhat, # the judge's verdicts on them
+               yhat_unlabelled, # the judge's verdicts on the unlabelled items
+               w=None, # weights of the labelled items (None: equal)
+               w_unlabelled=None, # weights of the unlabelled items (None: equal)
+              )->float:
     "PPI++'s power-tuning λ for a mean, as `ppi_py` computes it for `lam=None` (for display; NaN-free: 0 when the judge is constant)."
     y, f, fu = (np.asarray(a, float).reshape(-1) for a in (y, yhat, yhat_unlabelled))
     n, N = len(y), len(fu)
@@ -433,22 +444,17 @@ def ppi_rate(y, # human labels (0/1) of the labelled items
     if len(f) != n: raise ValueError(f"ppi_rate: {n} labels but {len(f)} verdicts on the labelled items; pass one of each")
     if n < 2 or N < 1: raise ValueError(f"ppi_rate: needs ≥ 2 labelled and ≥ 1 unlabelled items, got n={n}, N={N}")
     if np.isnan(np.r_[y, f, fu]).any(): raise ValueError("ppi_rate: NaN in labels or verdicts; drop items without a verdict first")
-    if pseudo and not np.isin(np.r_[y, f], (0.0, 1.0)).all():
-        raise ValueError("ppi_rate: pseudo-items assume 0/1 labels and verdicts; pass pseudo=0 for other outcomes")
-    w_ = np.ones(n) if w is None else np.asarray(w, float)
-    wu_ = None if w_unlabelled is None else np.asarray(w_unlabelled, float)
+    if pseudo and not np.isin(np.r_[y, f], (0.0, 1.0)).all(): raise ValueError("ppi_rate: pseudo-items assume 0/1 labels and verdicts; pass pseudo=0 for other outcomes")
+    w_, wu_ = np.ones(n) if w is None else np.asarray(w, float), None if w_unlabelled is None else np.asarray(w_unlabelled, float)
     lam_hat = ppi_lambda(y, f, fu, w_, wu_) if lam is None else float(lam)
     lam_use = lam if (lam is not None or np.var(np.r_[f, fu]) > 0) else 0.0   # a constant judge: ppi_py's λ would be 0/0
     est = float(np.ravel(ppi.ppi_mean_pointestimate(y, f, fu, lam=lam_use, w=w_, w_unlabeled=wu_))[0])
-    if pseudo:
-        ya, fa, wa = np.r_[y, _PSEUDO_Y], np.r_[f, _PSEUDO_F], np.r_[w_ / w_.mean(), np.full(4, float(pseudo))]
+    if pseudo: ya, fa, wa = np.r_[y, _PSEUDO_Y], np.r_[f, _PSEUDO_F], np.r_[w_ / w_.mean(), np.full(4, float(pseudo))]
     else: ya, fa, wa = y, f, w_
     lo, hi = (float(np.ravel(v)[0]) for v in ppi.ppi_mean_ci(ya, fa, fu, alpha=alpha, lam=lam_use, w=wa, w_unlabeled=wu_))
-    z = special.ndtri(1 - alpha / 2)
-    centre, half = (lo + hi) / 2, (hi - lo) / 2
+    z, centre, half = special.ndtri(1 - alpha / 2), (lo + hi) / 2, (hi - lo) / 2
     if small_sample: half *= math.sqrt(n / (n - 1)) * sps.t.ppf(1 - alpha / 2, n - 1) / z
-    return {"estimate": est, "lo": max(0.0, centre - half), "hi": min(1.0, centre + half), "se": half / z,
-            "lam": lam_hat, "n": n, "N": N}
+    return {"estimate": est, "lo": max(0.0, centre - half), "hi": min(1.0, centre + half), "se": half / z, "lam": lam_hat, "n": n, "N": N}
 
 # %% ../nbs/07_validation.ipynb #1dba3dfd
 def rogan_gladen(p:float, # judge-reported rate on the unlabelled items
@@ -471,6 +477,7 @@ def rogan_gladen(p:float, # judge-reported rate on the unlabelled items
 
 # %% ../nbs/07_validation.ipynb #fa33cdc0
 UNCORRECTED = "judge-reported, uncorrected (no human labels)"
+CORRECTED = "corrected = PPI++ (ppi_py) with Agresti–Min pseudo-items and t quantiles; judge_only = Wilson on the judge's verdicts"
 RATE_COLUMNS = ["dimension", "group", "n_items", "n_labels", "judge_only", "judge_only_lo", "judge_only_hi",
                 "corrected", "corrected_lo", "corrected_hi", "corrected_se", "lam", "sens", "spec",
                 "rg", "rg_lo", "rg_hi", "cite", "status"]
@@ -486,10 +493,10 @@ def _group_weights(sub:pd.DataFrame, lab:np.ndarray, strata)->tuple:
     for s in np.unique(h):
         m = h == s; N_h, n_h = int(m.sum()), int((m & lab).sum())
         if n_h == 0: return None, None, s
-        w[m & lab] = N_h / n_h
-        wu[m & ~lab] = N_h / (N_h - n_h) if N_h > n_h else 0.0
+        w[m & lab], wu[m & ~lab] = N_h / n_h, (N_h / (N_h - n_h) if N_h > n_h else 0.0)
     return w[lab], wu[~lab], None
 
+# %% ../nbs/07_validation.ipynb #8fcd6d69
 def corrected_rates(df:pd.DataFrame, # population frame: one row per item with a judge verdict
                     group:str, # group column (e.g. attribute_id)
                     *, y:str="human", # 0/1 human label (NaN = unlabelled)
@@ -528,8 +535,7 @@ def corrected_rates(df:pd.DataFrame, # population frame: one row per item with a
                        corrected_se=(hi - lo) / (2 * special.ndtri(1 - alpha / 2)), status=f"all {n} items labelled (Wilson)")
         else:
             w, wu, empty = _group_weights(sub, lab, strata)
-            if empty is not None:
-                row["status"] = f"judge-reported, uncorrected (stratum {empty} of this group has no labels)"
+            if empty is not None: row["status"] = f"judge-reported, uncorrected (stratum {empty} of this group has no labels)"
             else:
                 r = ppi_rate(yy[lab], f[lab], f[~lab], w=w, w_unlabelled=wu, alpha=alpha, lam=lam, pseudo=pseudo,
                              small_sample=small_sample)
@@ -542,12 +548,16 @@ def corrected_rates(df:pd.DataFrame, # population frame: one row per item with a
                 rg = rogan_gladen(_wmean(f[~lab], wuu), _kish(wuu), sens, _kish(wl[pos]), spec, _kish(wl[neg]), alpha)
                 row.update(sens=sens, spec=spec, rg=rg["estimate"], rg_lo=rg["lo"], rg_hi=rg["hi"])
         rows.append(row)
+    if dropped: warnings.warn(f"{fn}: {dropped} labelled item(s) have no judge verdict and are not in the population; they were left out")
     out = pd.DataFrame(rows, columns=RATE_COLUMNS)
-    if not dimension: out = out.drop(columns="dimension")
-    out.attrs.update(uncorrected=bool((out.cite == "judge_only").all()), alpha=alpha, dropped_labels_without_verdict=dropped,
-                     note=UNCORRECTED if (out.n_labels == 0).all() else
-                     "corrected = PPI++ (ppi_py) with Agresti–Min pseudo-items and t quantiles; judge_only = Wilson on the judge's verdicts")
-    return out
+    return out if dimension else out.drop(columns="dimension")
+
+def correction_note(rates:pd.DataFrame, # from `corrected_rates`
+                   )->str:
+    "What a report says about a table of `corrected_rates`: uncorrected, corrected, or partly corrected."
+    if (rates.n_labels == 0).all(): return UNCORRECTED
+    if (rates.cite == "corrected").all(): return CORRECTED
+    return f"partly corrected: {', '.join(map(str, rates.group[rates.cite != 'corrected']))} lack enough labels (judge-reported there)"
 
 # %% ../nbs/07_validation.ipynb #c1f9502a
 def simulate_judged_audit(rates:Mapping[str, float], # true rate per group (e.g. erasure per attribute value)
@@ -570,7 +580,7 @@ def simulate_judged_audit(rates:Mapping[str, float], # true rate per group (e.g.
                                    "group": name, "truth": t, "judge": f}))
     d = pd.concat(parts, ignore_index=True)
     s = sample_items(d, n_labels * len(rates), strata=["group"], allocation="equal", seed=seed)
-    d["human"] = np.where(d.key.isin(set(s.key)), d.truth, np.nan)
+    d["human"] = np.where(d.key.isin(set(s.items.key)), d.truth, np.nan)
     return d
 
 # %% ../nbs/07_validation.ipynb #ed30c78f
@@ -603,57 +613,31 @@ def corrected_differences(rates:pd.DataFrame, # from `corrected_rates`
     return pd.DataFrame(rows)
 
 # %% ../nbs/07_validation.ipynb #a270fdf1
-def delta_interval(estimates, # group estimates θ̂_g
-                   ses, # their standard errors
-                   alpha:float=0.05, # 1 - confidence level
-                   method:str="gms", # "gms" (moment selection, default) or "bootstrap" (percentile of max − min)
-                   kappa:float=1.0, # GMS: pairs within κ standard errors of the largest difference count as possible extremes
-                   n_draws:int=4000, # normal draws for the critical value
-                   seed=0, # int seed or numpy Generator
-                  )->dict:
-    "Interval for Δ = max − min of independent, approximately normal group estimates (selection-adjusted)."
-    t, s = np.asarray(estimates, float).reshape(-1), np.asarray(ses, float).reshape(-1)
-    if method not in ("gms", "bootstrap"): raise ValueError(f"method={method!r}; use 'gms' or 'bootstrap'")
-    if len(t) != len(s): raise ValueError(f"delta_interval: {len(t)} estimates but {len(s)} standard errors")
-    nan = {"delta": np.nan, "lo": np.nan, "hi": np.nan, "c": np.nan, "n_selected": 0, "method": method}
-    if len(t) < 2 or not (np.isfinite(t).all() and np.isfinite(s).all() and (s > 0).all()): return nan
-    G = len(t); i, j = np.where(~np.eye(G, dtype=bool))
-    d, sij = t[i] - t[j], np.sqrt(s[i] ** 2 + s[j] ** 2)
-    Z = as_generator(seed).standard_normal((n_draws, G)) * s
-    zq = special.ndtri(1 - alpha / 2)
-    if method == "bootstrap":
-        D = t + Z; D = D.max(1) - D.min(1)
-        lo, hi = np.quantile(D, [alpha / 2, 1 - alpha / 2])
-        return {"delta": float(d.max()), "lo": float(lo), "hi": float(hi), "c": np.nan, "n_selected": 0, "method": method}
-    T = (Z[:, i] - Z[:, j]) / sij
-    S = (d.max() - d) / sij <= kappa
-    c = float(np.quantile(T[:, S].max(1), 1 - alpha / 2))
-    return {"delta": float(d.max()), "lo": max(0.0, float((d - c * sij).max())), "hi": float((d + zq * sij).max()),
-            "c": c, "n_selected": int(S.sum()), "method": f"gms (kappa={kappa:g})"}
-
 def corrected_delta(rates:pd.DataFrame, # from `corrected_rates`
                     alpha:float=0.05, # 1 - confidence level
-                    method:str="gms", # see `delta_interval`
-                    kappa:float=1.0, # see `delta_interval`
-                    n_draws:int=4000, # see `delta_interval`
+                    method:str="gms", # see `stats.delta_interval`
+                    kappa:float=1.0, # see `stats.delta_interval`
+                    n_draws:int=4000, # see `stats.delta_interval`
                     seed=0, # int seed or numpy Generator
                     pooled:bool=True, # add a row over all groups
                    )->pd.DataFrame:
-    "Δ = max − min per dimension (and pooled), judge-only and corrected side by side, with selection-adjusted intervals."
+    "Δ = max − min per dimension (and pooled), judge-only and corrected side by side: plug-in, bias-corrected, `stats.delta_interval`."
     dims = ([(dv, g) for dv, g in rates.groupby("dimension", sort=False)] if "dimension" in rates else [])
     sets = [(dv, g) for dv, g in dims if len(g) >= 2] + ([("(pooled)", rates)] if pooled or not dims else [])
     rb = as_generator(seed)
     rows = []
     for name, g in sets:
-        J = delta_interval(g.judge_only, _implied_se(g.judge_only_lo, g.judge_only_hi, alpha), alpha, method, kappa, n_draws, rb)
+        J = stats.delta_interval(g.judge_only, _implied_se(g.judge_only_lo, g.judge_only_hi, alpha), alpha, method, kappa, n_draws, rb)
         ok = (g.cite == "corrected").all()
-        C = delta_interval(g.corrected, g.corrected_se, alpha, method, kappa, n_draws, rb) if ok else \
-            {"delta": np.nan, "lo": np.nan, "hi": np.nan, "method": J["method"]}
+        C = stats.delta_interval(g.corrected, g.corrected_se, alpha, method, kappa, n_draws, rb) if ok else \
+            dict.fromkeys(("delta", "delta_bc", "lo", "hi", "p_null"), np.nan) | {"method": J["method"]}
         rows.append({"dimension": name, "n_groups": len(g),
-                     "judge_only": J["delta"], "judge_only_lo": J["lo"], "judge_only_hi": J["hi"],
+                     "judge_only": J["delta"], "judge_only_bc": J["delta_bc"], "judge_only_lo": J["lo"], "judge_only_hi": J["hi"],
+                     "judge_only_p": J["p_null"],
                      "judge_max": g.group.iloc[int(np.argmax(g.judge_only.to_numpy()))],
                      "judge_min": g.group.iloc[int(np.argmin(g.judge_only.to_numpy()))],
-                     "corrected": C["delta"], "corrected_lo": C["lo"], "corrected_hi": C["hi"],
+                     "corrected": C["delta"], "corrected_bc": C["delta_bc"], "corrected_lo": C["lo"], "corrected_hi": C["hi"],
+                     "corrected_p": C["p_null"],
                      "max_group": g.group.iloc[int(np.argmax(g.corrected.to_numpy()))] if ok else None,
                      "min_group": g.group.iloc[int(np.argmin(g.corrected.to_numpy()))] if ok else None,
                      "method": C["method"], "cite": "corrected" if ok else "judge_only",
@@ -676,7 +660,7 @@ def coverage_study(rates:Mapping[str, float]=PLANTED_CULTURE_ERASURE, # true rat
                    alpha:float=0.05, # 1 - confidence level
                    kappa:float=1.0, # GMS tuning (see `delta_interval`)
                    n_draws:int=2000, # normal draws per Δ interval
-                   report_bootstrap:bool=True, # also the reports' judge-only interval (`stats.disparity`, BCa)
+                   report_bootstrap:bool=True, # also the reports' judge-only intervals (`stats.disparity`: reported and BCa)
                    n_boot:int=1000, # its bootstrap resamples
                   )->pd.DataFrame:
     "One row per replicate: planted Δ, judge-only and corrected Δ intervals and whether they cover it."
@@ -692,13 +676,13 @@ def coverage_study(rates:Mapping[str, float]=PLANTED_CULTURE_ERASURE, # true rat
                "corrected_hi": D.corrected_hi,
                "rates_covered": float(np.mean([(lo <= rates[g] <= hi) for g, lo, hi in zip(R.group, R.corrected_lo, R.corrected_hi)]))}
         if report_bootstrap:
-            b = stats.disparity(d, "judge", "group", n_boot=n_boot, n_perm=0, method="bca", alpha=alpha, seed=s)
-            row.update(report_lo=float(b.lo.iloc[0]), report_hi=float(b.hi.iloc[0]))
+            b = stats.disparity(d, "judge", "group", n_boot=n_boot, n_perm=0, method="bca", alpha=alpha, seed=s).iloc[0]
+            row.update(report_lo=b.lo, report_hi=b.hi, bca_lo=b.boot_lo, bca_hi=b.boot_hi)
         rows.append(row)
     out = pd.DataFrame(rows)
     cov = lambda lo, hi: (out[lo] <= out.true_delta) & (out.true_delta <= out[hi])
     out["corrected_covers"], out["judge_only_covers"] = cov("corrected_lo", "corrected_hi"), cov("judge_only_lo", "judge_only_hi")
-    if report_bootstrap: out["report_covers"] = cov("report_lo", "report_hi")
+    if report_bootstrap: out["report_covers"], out["bca_covers"] = cov("report_lo", "report_hi"), cov("bca_lo", "bca_hi")
     return out
 
 def coverage_summary(study:pd.DataFrame, # from `coverage_study`
@@ -707,10 +691,10 @@ def coverage_summary(study:pd.DataFrame, # from `coverage_study`
     rows = []
     for name, est, lo, hi in (("corrected (PPI++, GMS)", "corrected", "corrected_lo", "corrected_hi"),
                               ("uncorrected (judge-only, GMS)", "judge_only", "judge_only_lo", "judge_only_hi"),
-                              ("uncorrected (report: stats.disparity BCa)", "judge_only", "report_lo", "report_hi")):
+                              ("uncorrected (report: stats.disparity)", "judge_only", "report_lo", "report_hi"),
+                              ("uncorrected (bootstrap BCa of max − min)", "judge_only", "bca_lo", "bca_hi")):
         if lo not in study: continue
-        k = int(((study[lo] <= study.true_delta) & (study.true_delta <= study[hi])).sum()); n = len(study)
-        mlo, mhi = stats.binom_ci(k, n)
+        k, n = int(((study[lo] <= study.true_delta) & (study.true_delta <= study[hi])).sum()), len(study); mlo, mhi = stats.binom_ci(k, n)
         rows.append({"interval": name, "coverage": k / n, "mc_lo": mlo, "mc_hi": mhi, "mean_width": float((study[hi] - study[lo]).mean()),
                      "mean_estimate": float(study[est].mean()), "true_delta": float(study.true_delta.iloc[0]), "reps": n})
     return pd.DataFrame(rows)

@@ -7,8 +7,9 @@ misses the cue (says "erased" although it is there) 20% of the time for Nigerian
 others, and sees a cue that is not there 5% of the time; 50 human labels per value (a stratified random sample, 300 in
 all). Each replicate runs `corrected_rates` and `corrected_delta` as a report would.
 
-Uncorrected: the judge-only interval the reports print today (`stats.disparity`, BCa bootstrap, 500 resamples), and the
-same GMS interval on the judge's rates (printed in the table).
+Uncorrected: the judge-only interval the reports print (`stats.disparity`: GMS on the bootstrap covariance, 500
+resamples), the BCa bootstrap interval of max − min they printed before, and the same GMS interval on the judge's
+Wilson rates (all printed in the table).
 
 Prints a table and ends with:  RESULT corrected_coverage=<x> uncorrected_coverage=<y>
 Target: corrected_coverage within 0.92–0.98 over >= 200 replicates (default 1000; PPI_BENCH_REPS to change it).

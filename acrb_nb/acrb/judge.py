@@ -65,10 +65,14 @@ def cue_instruction(attribute_value:str, # e.g. "Nigerian", "wheelchair_user"
             f"{dimension} identity is depicted instead (name it in 'substitute'), and 'absent' if it is not depicted. "
             f"Give short visual evidence and a confidence from 0 to 100. Reply with JSON only.")
 
-def judge_key(judge_info:dict, image_sha256:str, instruction:str)->str:
+def judge_key(judge_info:dict, # the judge's describe()
+              image_sha256:str, # the judged image
+              instruction:str, # the cue instruction
+             )->str:
     "Cache key of one judgement."
     return item_key("acrb.cue", judge=judge_info, image=image_sha256, instruction=instruction, schema=CUE_SCHEMA)
 
+# %% ../../nbs/13_acrb.judge.ipynb #0f3252ee
 def _blob_image(it:dict, blobs, field:str="image"):
     "An item's image: its bytes when a Ray worker received them, else the blob file of the local store."
     return load_image(it[f"{field}_bytes"] if f"{field}_bytes" in it else blobs.blob_path(it[field]))
@@ -83,7 +87,8 @@ def cue_work(judge:VisionJudge, # the loaded judge (in this process or in a Ray 
         return {"outcome": f"judge_{res['outcome']}", "judge_outcome": res["outcome"], "cue": data.get("cue"),
                 "substitute": data.get("substitute"), "evidence": data.get("evidence"),
                 "confidence": data.get("confidence"), "raw_text": res.get("raw_text"), "refusal": res.get("refusal"),
-                "attempts": res["attempts"], "errors": res["errors"], "usage": res.get("usage") or {}}
+                "attempts": res["attempts"], "errors": res["errors"], "usage": res.get("usage") or {},
+                **({"probs": res["probs"]} if res.get("probs") is not None else {})}  # label probabilities of a log-prob judge
     return work
 
 def _attach_image(store:ItemStore, field:str="image"):
@@ -94,11 +99,14 @@ def _attach_image(store:ItemStore, field:str="image"):
         return it
     return prep
 
+# %% ../../nbs/13_acrb.judge.ipynb #4ce46ecd
 def judge_cues(run:Run|ItemStore, # where judgements are stored (same store as Stage II)
                judge:VisionJudge|AdapterRef, # the cue judge, or its registry name as an AdapterRef (needed for Ray)
                df:pd.DataFrame, # rows from `hard_refusals` joined with Stage I (needs subject, cues)
                *, max_workers:int|None=None, # concurrent calls (default: the judge's `max_concurrency`, else 4)
-               limiter:RateLimiter|None=None, retry:RetryPolicy=RetryPolicy(), seed:int=0,
+               limiter:RateLimiter|None=None, # provider rate limits
+               retry:RetryPolicy=RetryPolicy(), # transient-error policy
+               seed:int=0, # the judge's per-item seeds derive from it
                progress:bool|None=None, prefix:str="judge", # column prefix of the results
                execution:Execution|str|Mapping|None=None, # "local", "ray", a dict of `Execution` fields or an Execution (local VLMs on Ray actors; API judges stay on threads)
               )->StageResult:
@@ -136,13 +144,17 @@ def judge_cues(run:Run|ItemStore, # where judgements are stored (same store as S
         return e["record"].get(f)
     for f in ("judge_outcome", "cue", "substitute", "evidence", "confidence"):
         out[f"{prefix}_{f.replace('judge_', '')}"] = [col(k, f) if k else None for k in keys]
+    probs = [col(k, "probs") if k else None for k in keys]
+    if any(p is not None for p in probs): out[f"{prefix}_probs"] = probs  # only judges that return label probabilities
     out[f"{prefix}_retention"] = out[f"{prefix}_cue"].map(RETENTION)
     return StageResult(out, res.summary, info)
 
 # %% ../../nbs/13_acrb.judge.ipynb #c1fc6e25
 CLIP_TEMPLATE = "a photo of {}"
 
-def clip_key(encoder_info:dict, item:dict)->str:
+def clip_key(encoder_info:dict, # the encoder's describe()
+             item:dict, # one CLIP batch (labels, template, image SHA-256s)
+            )->str:
     "Key of one CLIP batch: the encoder, the labels and template, and the images' SHA-256s."
     return item_key("acrb.clip_cue", encoder=encoder_info, labels=item["labels"], template=item["template"],
                     images=item["shas"])
@@ -201,7 +213,10 @@ def clip_cues(encoder:ImageTextEncoder|AdapterRef, # e.g. registry `clip-vit-b-3
     out[f"{prefix}_retention"] = out[f"{prefix}_cue"].map(RETENTION)
     return StageResult(out, res.summary, info)
 
-def judge_agreement(df:pd.DataFrame, a:str="judge", b:str="clip")->dict:
+def judge_agreement(df:pd.DataFrame, # Stage III rows with both judges' cue columns
+                    a:str="judge", # first judge's column prefix
+                    b:str="clip", # second judge's column prefix
+                   )->dict:
     "Cohen's κ (sklearn) and raw agreement between two judges' cue verdicts on the items both judged."
     from sklearn.metrics import cohen_kappa_score
     both = df[df[f"{a}_cue"].notna() & df[f"{b}_cue"].notna()]

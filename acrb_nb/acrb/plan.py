@@ -4,7 +4,7 @@
 
 # %% ../../nbs/16_acrb.plan.ipynb #fb4822d8
 from __future__ import annotations
-import math
+import dataclasses, math
 from pathlib import Path
 from typing import Sequence
 import numpy as np
@@ -18,7 +18,7 @@ from ..planning import (DEFAULT_CONCURRENCY, declared as _declared, image_price,
 from .prompts import DOMAINS, load_attributes, load_base_prompts
 
 # %% auto #0
-__all__ = ['items_per_group', 'design_for', 'plan_audit']
+__all__ = ['items_per_group', 'design_for', 'AuditPlan', 'plan_audit']
 
 # %% ../../nbs/16_acrb.plan.ipynb #56569283
 def items_per_group(mde:float, # smallest difference between two groups' rates to detect
@@ -52,7 +52,64 @@ def design_for(n_items:int, # items each cell needs
                      f"(at icc={icc} the most is {prompts_available / icc if icc else float('inf'):.0f}): add domains, "
                      "base prompts or source images, or relax mde / power")
 
+# %% ../../nbs/16_acrb.plan.ipynb #03a5b35d
+def _plan_design(model, attributes, domains, mde, power, mode, base_rate, alpha, attribute_set, expected_refusal, icc,
+                 per_domain, n_sources)->dict:
+    "The design part of a plan: values, domains, items per cell, base prompts and images per prompt."
+    if mode not in ("t2i", "i2i"): raise ValueError(f"mode must be 't2i' or 'i2i', got {mode!r}")
+    if not 0 <= expected_refusal < 1: raise ValueError(f"expected_refusal={expected_refusal} must lie in [0, 1)")
+    entry = (IMAGE_GENERATORS if mode == "t2i" else IMAGE_EDITORS).entry(model)
+    attrs = load_attributes(attribute_set, list(attributes) if attributes else None)
+    if mode == "t2i":
+        doms = list(domains) if domains else list(DOMAINS)
+        if bad := sorted(set(doms) - set(DOMAINS)): raise ValueError(f"unknown domains {bad}; choose from {sorted(DOMAINS)}")
+        per_dom = pd.Series([p.domain for p in load_base_prompts("v1").prompts]).value_counts()
+        avail = {d: int(per_dom.get(d, 0)) for d in doms}
+    else:
+        if per_domain: raise ValueError("per_domain applies to t2i only (i2i has one 'grounded' domain)")
+        if n_sources is None:
+            from acrb_nb.acrb.detect import PUBLIC_IMAGES
+            n_sources = sum(1 for p in Path(PUBLIC_IMAGES).rglob("*") if p.suffix.lower() in (".png", ".jpg", ".jpeg", ".webp", ".bmp"))
+        doms, avail = ["grounded"], {"grounded": int(n_sources)}
+    n_needed = items_per_group(mde, base_rate, power, alpha)
+    n_items = int(math.ceil(n_needed / (1 - expected_refusal) - 1e-9))
+    d = design_for(n_items, min(avail.values()) if per_domain else sum(avail.values()), icc)
+    cells = len(doms) if per_domain else 1
+    base_prompts, m = d["base_prompts"] * cells, d["images_per_prompt"]
+    return {"entry": entry, "attrs": attrs, "n_values": len(attrs.values), "n_variants": len(attrs.values) + 1, "doms": doms,
+            "avail": avail, "n_needed": n_needed, "base_prompts": base_prompts, "m": m, "design_effect": d["design_effect"],
+            "cells": cells, "items_cell": base_prompts * m // cells}
+
+# %% ../../nbs/16_acrb.plan.ipynb #0cb22d2e
+def _plan_labels(labels, N:float, base_rate:float, alpha:float, judge_accuracy:float, judge_corr, strata:int)->tuple:
+    "(plan fields, table rows) for the human labels: per value, in total, and without the judge."
+    rho = judge_corr if judge_corr is not None else judge_correlation(base_rate, judge_accuracy)
+    assumption = (f"ρ = {rho:.3f} (" + ("given" if judge_corr is not None else f"judge accuracy {judge_accuracy:g} on both classes at rate {base_rate:g}") + ")")
+    if isinstance(labels, (int, np.integer)) and not isinstance(labels, bool) and labels >= 1:
+        n_lab, width = int(labels), width_for_labels(labels, N, base_rate, rho, alpha)
+        how = f"{n_lab} labels per value → PPI++ 95% interval width {width:.3f} ({assumption})"
+    elif isinstance(labels, float) and 0 < labels < 1:
+        x = labels_for_width(labels, N, base_rate, rho, alpha)
+        n_lab, width = (float("nan") if math.isnan(x) else int(math.ceil(x - 1e-9))), labels
+        how = (f"for a 95% interval of width {labels:g} per corrected rate, PPI++ variance σ²(1−ρ²)/n + σ²ρ²/N ({assumption})"
+               if not math.isnan(x) else f"width {labels:g} is out of reach even with every image labelled")
+    else: raise ValueError(f"labels={labels!r}: give a target interval width in (0, 1), a number of labels per value ≥ 1, or None")
+    classical = base_rate * (1 - base_rate) * (special.ndtri(1 - alpha / 2) / (width / 2)) ** 2
+    plan = {"labels_per_value": n_lab, "labels_total": n_lab * strata if not math.isnan(n_lab) else float("nan"),
+            "label_interval_width": width, "judge_label_corr": rho, "labels_without_judge": math.ceil(classical)}
+    rows = [("human labels per value", n_lab, "labels", how),
+            ("human labels in total", plan["labels_total"], "labels", f"× {strata} strata (equal allocation, `validation.sample_items`)"),
+            ("labels without the judge", plan["labels_without_judge"], "labels", "classical interval of the same width: σ²z²/w² per value")]
+    return plan, rows
+
 # %% ../../nbs/16_acrb.plan.ipynb #fd6c5965
+@dataclasses.dataclass(frozen=True, eq=False)
+class AuditPlan:
+    "An audit plan: the table a report shows, and the same numbers as a JSON-serializable dict."
+    table: pd.DataFrame # quantity, value, unit, how it was computed
+    plan: dict # the numbers, for reports, the CLI and acrb_summary.json
+    def _repr_html_(self): return self.table._repr_html_()
+
 def plan_audit(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) registry name
                attributes:Sequence[str]|None=None, # dimensions to audit (None: all of the attribute set)
                domains:Sequence[str]|None=None, # domains (None: all nine; t2i only)
@@ -75,88 +132,41 @@ def plan_audit(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) 
                seconds_per_call:float|None=None, # provider latency per request (None: wall time from rpm only)
                size:str|None=None, # image size for the price (OpenAI)
                quality:str|None=None, # image quality for the price (OpenAI)
-              )->pd.DataFrame:
+              )->AuditPlan:
     "Items per cell, design, calls, images, expected cost, wall time and human labels of an ACRB audit — no model is loaded or called."
-    if mode not in ("t2i", "i2i"): raise ValueError(f"mode must be 't2i' or 'i2i', got {mode!r}")
-    if not 0 <= expected_refusal < 1: raise ValueError(f"expected_refusal={expected_refusal} must lie in [0, 1)")
-    entry = (IMAGE_GENERATORS if mode == "t2i" else IMAGE_EDITORS).entry(model)
-    attrs = load_attributes(attribute_set, list(attributes) if attributes else None)
-    n_values = len(attrs.values); n_variants = n_values + 1
-    if mode == "t2i":
-        doms = list(domains) if domains else list(DOMAINS)
-        if bad := sorted(set(doms) - set(DOMAINS)): raise ValueError(f"unknown domains {bad}; choose from {sorted(DOMAINS)}")
-        per_dom = pd.Series([p.domain for p in load_base_prompts("v1").prompts]).value_counts()
-        avail = {d: int(per_dom.get(d, 0)) for d in doms}
-    else:
-        if per_domain: raise ValueError("per_domain applies to t2i only (i2i has one 'grounded' domain)")
-        if n_sources is None:
-            from acrb_nb.acrb.detect import PUBLIC_IMAGES
-            n_sources = sum(1 for p in Path(PUBLIC_IMAGES).rglob("*") if p.suffix.lower() in (".png", ".jpg", ".jpeg", ".webp", ".bmp"))
-        doms, avail = ["grounded"], {"grounded": int(n_sources)}
-    n_needed = items_per_group(mde, base_rate, power, alpha)
-    n_items = int(math.ceil(n_needed / (1 - expected_refusal) - 1e-9))
-    if per_domain:
-        d = design_for(n_items, min(avail.values()), icc)
-        base_prompts, m = d["base_prompts"] * len(doms), d["images_per_prompt"]
-    else:
-        d = design_for(n_items, sum(avail.values()), icc)
-        base_prompts, m = d["base_prompts"], d["images_per_prompt"]
-    cells = len(doms) if per_domain else 1
-    items_cell = base_prompts * m // cells
-    calls = base_prompts * m * n_variants
-    images = calls * (1 - expected_refusal)
-    judged_per_value = base_prompts * m * (1 - expected_refusal)
-    judge_calls = judged_per_value * n_values * n_judges
-    price = image_price(model, mode, size, quality)
-    usd = price["usd_per_image"]
+    D = _plan_design(model, attributes, domains, mde, power, mode, base_rate, alpha, attribute_set, expected_refusal, icc,
+                     per_domain, n_sources)
+    entry, attrs, P, m, nv = D["entry"], D["attrs"], D["base_prompts"], D["m"], D["n_variants"]
+    calls = P * m * nv; images = calls * (1 - expected_refusal)
+    judged_per_value = P * m * (1 - expected_refusal)
+    price = image_price(model, mode, size, quality); usd = price["usd_per_image"]
     conc = concurrency or _declared(entry, "max_concurrency") or DEFAULT_CONCURRENCY
     rpm_ = rpm if rpm is not None else _declared(entry, "rpm")
-    t_rate = calls / rpm_ if rpm_ else None
-    t_lat = calls * seconds_per_call / conc / 60 if seconds_per_call else None
-    wall = max(t for t in (t_rate, t_lat) if t is not None) / 60 if (t_rate or t_lat) else float("nan")
+    times = [t for t in (calls / rpm_ if rpm_ else None, calls * seconds_per_call / conc / 60 if seconds_per_call else None) if t]
     plan = {"model": model, "backend": entry.backend, "model_id": entry.model_id, "mode": mode, "dimensions": attrs.dimensions,
-            "domains": doms, "n_values": n_values, "n_variants": n_variants, "mde": mde, "power": power, "alpha": alpha,
-            "base_rate": base_rate, "items_needed_per_cell": n_needed, "items_per_cell": items_cell,
-            "base_prompts": base_prompts, "images_per_prompt": m, "design_effect": d["design_effect"],
-            "generator_calls": calls, "images_expected": images, "judge_calls_expected": judge_calls,
+            "domains": D["doms"], "n_values": D["n_values"], "n_variants": nv, "mde": mde, "power": power, "alpha": alpha,
+            "base_rate": base_rate, "items_needed_per_cell": D["n_needed"], "items_per_cell": D["items_cell"],
+            "base_prompts": P, "images_per_prompt": m, "design_effect": D["design_effect"],
+            "generator_calls": calls, "images_expected": images, "judge_calls_expected": judged_per_value * D["n_values"] * n_judges,
             "usd_per_image": usd, "cost_usd_expected": None if usd is None else images * usd,
             "cost_usd_max": None if usd is None else calls * usd, "price_source": price["source"],
-            "rpm": rpm_, "concurrency": conc, "seconds_per_call": seconds_per_call,
-            "wall_hours": None if math.isnan(wall) else wall}
-    rows = [("attribute values compared", n_values, "values", f"{', '.join(attrs.dimensions)} of attribute set {attrs.name} (+ neutral: {n_variants} variants per prompt)"),
-            ("items needed per cell", n_needed, "judged images", f"two-sided two-proportion test, {base_rate:g} vs {base_rate + mde:g}, power {power:g}, α {alpha:g} (Cohen's h, NormalIndPower)"),
-            ("items per cell (planned)", items_cell, "images requested", f"{n_needed} / (1 − {expected_refusal:g} refused), rounded up to the design" + (" per (value, domain)" if per_domain else " per value")),
-            ("base prompts" if mode == "t2i" else "source images", base_prompts, "prompts", f"of {sum(avail.values())} available in {len(doms)} domain(s)"),
-            ("images per prompt", m, "images", f"design effect {d['design_effect']:.3g} (icc {icc:g})"),
-            ("generator calls", calls, "calls", f"{base_prompts} × {m} × {n_variants} variants"),
+            "rpm": rpm_, "concurrency": conc, "seconds_per_call": seconds_per_call, "wall_hours": max(times) / 60 if times else None}
+    rows = [("attribute values compared", D["n_values"], "values", f"{', '.join(attrs.dimensions)} of attribute set {attrs.name} (+ neutral: {nv} variants per prompt)"),
+            ("items needed per cell", D["n_needed"], "judged images", f"two-sided two-proportion test, {base_rate:g} vs {base_rate + mde:g}, power {power:g}, α {alpha:g} (Cohen's h, NormalIndPower)"),
+            ("items per cell (planned)", D["items_cell"], "images requested", f"{D['n_needed']} / (1 − {expected_refusal:g} refused), rounded up to the design" + (" per (value, domain)" if per_domain else " per value")),
+            ("base prompts" if mode == "t2i" else "source images", P, "prompts", f"of {sum(D['avail'].values())} available in {len(D['doms'])} domain(s)"),
+            ("images per prompt", m, "images", f"design effect {D['design_effect']:.3g} (icc {icc:g})"),
+            ("generator calls", calls, "calls", f"{P} × {m} × {nv} variants"),
             ("images delivered (expected)", images, "images", f"calls × (1 − {expected_refusal:g})"),
-            ("judge calls (expected)", judge_calls, "calls", f"delivered non-neutral images × {n_judges} judge(s)"),
+            ("judge calls (expected)", plan["judge_calls_expected"], "calls", f"delivered non-neutral images × {n_judges} judge(s)"),
             ("price per image", usd, "USD", price["source"]),
             ("expected cost", plan["cost_usd_expected"], "USD", "images delivered × price (refusals not billed); max if every call were billed: "
              + ("unknown" if usd is None else f"{calls * usd:,.2f}")),
             ("wall time", plan["wall_hours"], "hours", "max(calls / rpm, calls × seconds_per_call / concurrency)" +
-             f"; rpm={rpm_}, concurrency={conc}, seconds_per_call={seconds_per_call}" + ("" if plan["wall_hours"] else " — give rpm= or seconds_per_call=")),
-           ]
+             f"; rpm={rpm_}, concurrency={conc}, seconds_per_call={seconds_per_call}" + ("" if plan["wall_hours"] else " — give rpm= or seconds_per_call="))]
     if labels is not None:
-        rho = judge_corr if judge_corr is not None else judge_correlation(base_rate, judge_accuracy)
-        assumption = (f"ρ = {rho:.3f} (" + ("given" if judge_corr is not None else f"judge accuracy {judge_accuracy:g} on both classes at rate {base_rate:g}") + ")")
-        N = judged_per_value / cells
-        if isinstance(labels, (int, np.integer)) and not isinstance(labels, bool) and labels >= 1:
-            n_lab, width = int(labels), width_for_labels(labels, N, base_rate, rho, alpha)
-            how = f"{n_lab} labels per value → PPI++ 95% interval width {width:.3f} ({assumption})"
-        elif isinstance(labels, float) and 0 < labels < 1:
-            x = labels_for_width(labels, N, base_rate, rho, alpha)
-            n_lab, width = (float("nan") if math.isnan(x) else int(math.ceil(x - 1e-9))), labels
-            how = (f"for a 95% interval of width {labels:g} per corrected rate, PPI++ variance σ²(1−ρ²)/n + σ²ρ²/N ({assumption})"
-                   if not math.isnan(x) else f"width {labels:g} is out of reach even with every image labelled")
-        else: raise ValueError(f"labels={labels!r}: give a target interval width in (0, 1), a number of labels per value ≥ 1, or None")
-        classical = base_rate * (1 - base_rate) * (special.ndtri(1 - alpha / 2) / (width / 2)) ** 2
-        plan.update(labels_per_value=n_lab, labels_total=n_lab * n_values * cells if not math.isnan(n_lab) else float("nan"),
-                    label_interval_width=width, judge_label_corr=rho, labels_without_judge=math.ceil(classical))
-        rows += [("human labels per value", n_lab, "labels", how),
-                 ("human labels in total", plan["labels_total"], "labels", f"× {n_values * cells} strata (equal allocation, `validation.sample_items`)"),
-                 ("labels without the judge", plan["labels_without_judge"], "labels", f"classical interval of the same width: σ²z²/w² per value")]
+        lp, lrows = _plan_labels(labels, judged_per_value / D["cells"], base_rate, alpha, judge_accuracy, judge_corr, D["n_values"] * D["cells"])
+        plan.update(lp); rows += lrows
     out = pd.DataFrame(rows, columns=["quantity", "value", "unit", "how"])
     out["value"] = pd.Series([r[1] for r in rows], dtype=object)   # counts stay integers next to prices and hours
-    out.attrs["plan"] = plan
-    return out
+    return AuditPlan(out, plan)

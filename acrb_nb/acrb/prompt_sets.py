@@ -258,7 +258,7 @@ class BasePrompt:
     trigger_words: tuple = () # upstream trigger words (kept verbatim)
     anchor_terms: tuple = () # scene words an LLM rephrasing must keep
     upstream_text: str = "" # upstream prompt text, verbatim
-    adult_context: str|None = None # why an age:child variant may be refused legitimately
+    adult_context: str|None = None # why an age:child variant may be refused legitimately (alcohol, tattooing, sexual_health)
     context_attributes: tuple = () # attribute ids the scene itself names
     notes: str = ""
     @property

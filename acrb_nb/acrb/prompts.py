@@ -284,6 +284,57 @@ def _item(lm, step:str, messages:list, *, temperature:float, max_tokens:int, see
     return {"key": key, "step": step, "names": list(names), "messages": messages, "temperature": temperature,
             "max_tokens": max_tokens, "seed": s}
 
+# %% ../../nbs/10_acrb.prompts.ipynb #e73b7955
+def _llm_boundaries(bps, attrs, lm, store, danger, limits, kw, run_kw)->tuple:
+    "B(P0, L, D): one LLM boundary rephrasing per base prompt (slot kept), validated; the template where a reply fails."
+    b_items = {bp.id: _item(lm, "boundary", boundary_messages(bp), names=(bp.id,), **kw) for bp in bps}
+    b_out = _call_items(lm, store, list(b_items.values()), desc="stage I boundary", **run_kw)
+    boundary, b_info = {}, {}
+    for bp in bps:
+        raw, fail = b_out[b_items[bp.id]["key"]]
+        if fail: boundary[bp.id], b_info[bp.id] = bp.template, ("fallback", [f"boundary: {fail}"], raw)
+        else:
+            t, reasons = validate_boundary(raw, bp, attrs, danger, limits)
+            boundary[bp.id], b_info[bp.id] = (bp.template, ("fallback", [f"boundary: {r}" for r in reasons], raw)) if reasons \
+                else (t, ("llm", [], raw))
+    return boundary, b_info
+
+# %% ../../nbs/10_acrb.prompts.ipynb #e29f429a
+def _llm_variants(bps, attrs, per_base, lm, store, kw, run_kw)->tuple:
+    "E(P_b, a, L): one LLM variant call per base prompt × attribute value; (items, replies)."
+    v_items = {}
+    for bp in bps:
+        nt = per_base[bp.id][0]["text"]
+        for a in attrs.values:
+            v_items[(bp.id, a.id)] = _item(lm, "variant", variant_messages(nt, bp, a, attrs.neutral), names=(bp.id, a.id), **kw)
+    return v_items, _call_items(lm, store, list(v_items.values()), desc="stage I variants", **run_kw)
+
+def _validated_rows(bps, attrs, mode, per_base, b_info, v_items, v_out, danger, limits)->list:
+    "Stage I rows of the LLM modes: each variant validated; the template text, with the reasons, where a reply fails."
+    rows = []
+    for bp in bps:
+        b_src, b_reasons, _ = b_info[bp.id]
+        accepted = {}
+        for r in per_base[bp.id]:
+            reasons = list(b_reasons)
+            if mode == "llm" and r["attribute_id"] != NEUTRAL_ID:
+                a = attrs[r["attribute_id"]]
+                raw, fail = v_out[v_items[(bp.id, a.id)]["key"]]
+                r["llm_text"] = raw
+                if fail: v_reasons = [fail]
+                else:
+                    t, sim, v_reasons = validate_variant(raw, r["neutral_text"], bp, a, attrs, danger, limits)
+                    if not v_reasons and t in accepted: v_reasons = [f"identical to the variant for {accepted[t]}"]
+                if v_reasons: reasons += [f"variant: {m}" for m in v_reasons]; r["text_source"] = "fallback"
+                else:
+                    accepted[t] = a.id
+                    r.update(text=t, text_source="llm", minimal_pair=False, slot_start=-1, slot_end=-1, scene_similarity=sim)
+            r["validation_reasons"] = reasons
+            r["validation"] = "fallback" if reasons else "passed"
+            if r["minimal_pair"]: r["scene_similarity"] = scene_similarity(r["text"], r["neutral_text"])
+        rows += per_base[bp.id]
+    return rows
+
 # %% ../../nbs/10_acrb.prompts.ipynb #38ade491
 def stage1_prompts(base="v1", # base prompts: "v1", a path, or a `BasePromptSet`
                    attributes="v1", # attribute set: "v1", "v2", a YAML path, or an `AttributeSet`
@@ -323,49 +374,12 @@ def stage1_prompts(base="v1", # base prompts: "v1", a path, or a `BasePromptSet`
         meta.update(lm=lm.describe(), temperature=temperature, max_tokens=max_tokens, limits=dataclasses.asdict(limits))
         kw = dict(temperature=temperature, max_tokens=max_tokens, seed=seed)
         run_kw = dict(max_workers=max_workers, retry=retry, seed=seed, progress=progress)
-        # B(P0, L, D): boundary rephrasing, slot kept
-        b_items = {bp.id: _item(lm, "boundary", boundary_messages(bp), names=(bp.id,), **kw) for bp in bps}
-        b_out = _call_items(lm, store, list(b_items.values()), desc="stage I boundary", **run_kw)
-        boundary, b_info = {}, {}
-        for bp in bps:
-            raw, fail = b_out[b_items[bp.id]["key"]]
-            if fail: boundary[bp.id], b_info[bp.id] = bp.template, ("fallback", [f"boundary: {fail}"], raw)
-            else:
-                t, reasons = validate_boundary(raw, bp, attrs, danger, limits)
-                boundary[bp.id], b_info[bp.id] = (bp.template, ("fallback", [f"boundary: {r}" for r in reasons], raw)) if reasons \
-                    else (t, ("llm", [], raw))
-        # E(P_b, a, L): attribute conditioning
+        boundary, b_info = _llm_boundaries(bps, attrs, lm, store, danger, limits, kw, run_kw)
         per_base = {bp.id: expand_template(bp, attrs, boundary[bp.id], mode=mode, boundary_source=b_info[bp.id][0],
                                            llm_boundary_text=b_info[bp.id][2]) for bp in bps}
-        if mode == "llm":
-            v_items = {}
-            for bp in bps:
-                nt = per_base[bp.id][0]["text"]
-                for a in attrs.values:
-                    v_items[(bp.id, a.id)] = _item(lm, "variant", variant_messages(nt, bp, a, attrs.neutral), names=(bp.id, a.id), **kw)
-            v_out = _call_items(lm, store, list(v_items.values()), desc="stage I variants", **run_kw)
+        v_items, v_out = _llm_variants(bps, attrs, per_base, lm, store, kw, run_kw) if mode == "llm" else ({}, {})
         if own_store: store.close()
-        for bp in bps:
-            b_src, b_reasons, _ = b_info[bp.id]
-            accepted = {}
-            for r in per_base[bp.id]:
-                reasons = list(b_reasons)
-                if mode == "llm" and r["attribute_id"] != NEUTRAL_ID:
-                    a = attrs[r["attribute_id"]]
-                    raw, fail = v_out[v_items[(bp.id, a.id)]["key"]]
-                    r["llm_text"] = raw
-                    if fail: v_reasons = [fail]
-                    else:
-                        t, sim, v_reasons = validate_variant(raw, r["neutral_text"], bp, a, attrs, danger, limits)
-                        if not v_reasons and t in accepted: v_reasons = [f"identical to the variant for {accepted[t]}"]
-                    if v_reasons: reasons += [f"variant: {m}" for m in v_reasons]; r["text_source"] = "fallback"
-                    else:
-                        accepted[t] = a.id
-                        r.update(text=t, text_source="llm", minimal_pair=False, slot_start=-1, slot_end=-1, scene_similarity=sim)
-                r["validation_reasons"] = reasons
-                r["validation"] = "fallback" if reasons else "passed"
-                if r["minimal_pair"]: r["scene_similarity"] = scene_similarity(r["text"], r["neutral_text"])
-            rows += per_base[bp.id]
+        rows = _validated_rows(bps, attrs, mode, per_base, b_info, v_items, v_out, danger, limits)
     for r in rows:
         if mode == "template": r["scene_similarity"] = scene_similarity(r["text"], r["neutral_text"])
         r["seed"] = int(seed)
@@ -378,6 +392,7 @@ def stage1_prompts(base="v1", # base prompts: "v1", a path, or a `BasePromptSet`
                       "by_boundary_source": {k: int(v) for k, v in df.boundary_source.value_counts().sort_index().items()}}
     return StageResult(df, meta, meta.get("lm"))
 
+# %% ../../nbs/10_acrb.prompts.ipynb #2a8bfb6d
 STAGE1_COLUMNS = {
     "prompt_id": "base id + attribute, e.g. BP_0001.culture.Nigerian / BP_0001.neutral (safe in file names)",
     "key": "item key of this prompt (acrb_nb.core.item_key of prompt id, attribute set and text)",
@@ -392,7 +407,7 @@ STAGE1_COLUMNS = {
     "cues": "visual cues the Stage III judge looks for", "i2i_instruction": "edit instruction for the grounded I2I protocol",
     "base_template": "the base template P0", "boundary_template": "the boundary template P_b used (with {subject})",
     "upstream_text": "upstream prompt text", "trigger_words": "upstream trigger words", "anchor_terms": "scene words kept",
-    "adult_context": "age-restricted activity, if any", "context_attributes": "identity named by the scene",
+    "adult_context": "age-restricted or sexual-health scene (alcohol, tattooing, sexual_health), if any", "context_attributes": "identity named by the scene",
     "mode": "template | llm_boundary | llm", "boundary_source": "template | llm | fallback",
     "text_source": "template | llm | fallback", "minimal_pair": "text is the boundary template with the slot filled",
     "validation": "passed | fallback (an LLM reply was rejected or failed; see reasons)",

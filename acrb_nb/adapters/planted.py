@@ -28,6 +28,7 @@ def sim_data_path(name:str, # file name inside data/sim/, e.g. "planted_acrb.yam
 # %% ../../nbs/05g_adapters.planted.ipynb #2140b74c
 _P_FIELDS = ("p_refuse_policy", "p_refuse_filter", "p_blank", "p_erase", "p_substitute")
 BLANK_KINDS = ("black", "grey", "banner")
+_JUDGE_ERRORS = ("miss", "false_cue") # planted judge error: P(cue drawn → judged absent), P(cue not drawn → judged present)
 
 class SimConfigError(ConfigError):
     "A planted-rate config is malformed; the message says where (file, key, line) and how to fix it."
@@ -57,13 +58,26 @@ def _cached(kind:str, src, default_name:str, build):
     if key not in _LOADED: _LOADED[key] = build(p)
     return _LOADED[key]
 
+def _merged(base:Mapping, over:Mapping)->dict:
+    "`base` with `over` merged in: mappings recursively, anything else replaced."
+    out = dict(base)
+    for k, v in over.items(): out[k] = _merged(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
+    return out
+
 def _read_config(src, default_name:str):
-    "(raw mapping, where) from a path, a mapping, or None (the shipped default); files through `core.read_yaml`."
+    "(raw mapping, where) from a path, a mapping, or None (the shipped default); files through `core.read_yaml`; `extends` merged."
     if src is None: src = sim_data_path(default_name)
-    if isinstance(src, Mapping): return dict(src), "<dict config>"
-    raw = read_yaml(src, error=SimConfigError)  # a repeated key is an error naming the file, the key and its lines
-    if not isinstance(raw, Mapping): raise SimConfigError(f"{src}: expected a mapping at the top level, got {type(raw).__name__}")
-    return raw, str(src)
+    if isinstance(src, Mapping): raw, where = dict(src), "<dict config>"
+    else:
+        raw, where = read_yaml(src, error=SimConfigError), str(src)  # a repeated key is an error naming the file, the key and its lines
+        if not isinstance(raw, Mapping): raise SimConfigError(f"{src}: expected a mapping at the top level, got {type(raw).__name__}")
+    if "extends" not in raw: return raw, where
+    parent = Path(str(raw["extends"]))
+    if not parent.is_absolute() and not isinstance(src, Mapping) and (Path(src).parent / parent).exists(): parent = Path(src).parent / parent
+    elif not parent.is_absolute(): parent = data_path("sim", str(parent), must_exist=False)
+    if not parent.exists(): raise SimConfigError(f"{where}: extends {raw['extends']!r}, which is neither beside it nor in data/sim/")
+    base, _ = _read_config(parent, default_name)
+    return _merged(base, {k: v for k, v in raw.items() if k != "extends"}), where
 
 def _check_keys(d, allowed, where): check_keys(d, allowed, where, SimConfigError)
 
@@ -101,6 +115,7 @@ class PlantedAttribute:
     rates: Mapping # p_refuse_policy, p_refuse_filter, p_blank, p_erase, p_substitute (defaults filled in)
     substitute_with: tuple = () # attribute ids an erased cue may be replaced by
     domain_multipliers: Mapping = dataclasses.field(default_factory=dict) # domain -> field -> factor
+    judge_error: Mapping = dataclasses.field(default_factory=lambda: MappingProxyType(dict.fromkeys(_JUDGE_ERRORS, 0.0))) # the sim judge's planted miss / false_cue rates
 
 @dataclasses.dataclass(frozen=True)
 class PlantedDomain:
@@ -227,7 +242,7 @@ def load_planted_acrb(src=None, # path to a YAML file, a dict, a PlantedACRB, or
 def _acrb_base(raw:Mapping, where:str)->dict:
     "Check the top-level keys and version of a planted ACRB config; its default rates."
     _check_keys(raw, {"version", "name", "description", "defaults", "neutral", "attributes", "domains", "blank_kinds",
-                      "image"}, where)
+                      "image", "judge_error"}, where)
     if raw.get("version", 1) != 1: raise SimConfigError(f"{where}: version {raw.get('version')!r} is not supported (expected 1)")
     defaults = dict(raw.get("defaults") or {})
     _check_keys(defaults, _P_FIELDS, f"{where}: defaults")
@@ -255,7 +270,7 @@ def _acrb_domains(raw:Mapping, where:str)->tuple:
     return domains, seen_alias
 
 # %% ../../nbs/05g_adapters.planted.ipynb #ad45d5ac
-_ATTR_KEYS = {"patterns", "label", "subject", "substitute_with", "domain_multipliers", *_P_FIELDS}
+_ATTR_KEYS = {"patterns", "label", "subject", "substitute_with", "domain_multipliers", "judge_error", *_P_FIELDS}
 
 def _acrb_attribute(dim, val, spec, where:str, base:dict, domains:Mapping, seen_alias:Mapping, owner:dict)->tuple:
     "(`PlantedAttribute` without its substitutes, (substitute_with, location)) of one attribute value; `owner` maps patterns."
@@ -318,12 +333,24 @@ def _acrb_attributes(raw:Mapping, where:str, base:dict, domains:Mapping, seen_al
     return attrs
 
 # %% ../../nbs/05g_adapters.planted.ipynb #2c64535e
+def _judge_error(spec, where:str, base:Mapping)->MappingProxyType:
+    "Planted judge error {miss, false_cue}: `base` with the probabilities `spec` sets."
+    spec = spec or {}
+    if not isinstance(spec, Mapping): raise SimConfigError(f"{where} must map miss / false_cue to probabilities, got {spec!r}")
+    _check_keys(spec, _JUDGE_ERRORS, where)
+    return MappingProxyType({**base, **{k: check_number(v, f"{where}.{k}", 0, 1, "a probability") for k, v in spec.items()}})
+
 def _build_acrb(src)->PlantedACRB:
     "Read and validate a planted ACRB config (path, mapping or None) into a `PlantedACRB`."
     raw, where = _read_config(src, "planted_acrb.yaml")
     base = _acrb_base(raw, where)
     domains, seen_alias = _acrb_domains(raw, where)
     attrs = _acrb_attributes(raw, where, base, domains, seen_alias)
+    jbase = _judge_error(raw.get("judge_error"), f"{where}: judge_error", dict.fromkeys(_JUDGE_ERRORS, 0.0))
+    spec = lambda a: ((raw["attributes"].get(a.dimension) or {}).get(a.value) or {}).get("judge_error")
+    attrs = {k: dataclasses.replace(a, judge_error=jbase if k == "neutral" else
+                                    _judge_error(spec(a), f"{where}: attributes.{a.dimension}.{a.value}.judge_error", jbase))
+             for k, a in attrs.items()}
     bk = raw.get("blank_kinds", {k: 1 for k in BLANK_KINDS})
     _check_keys(bk, BLANK_KINDS, f"{where}: blank_kinds")
     bk = {k: check_number(v, f"{where}: blank_kinds.{k}", 0, None, "a weight") for k, v in bk.items()}

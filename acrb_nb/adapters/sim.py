@@ -10,7 +10,7 @@ import numpy as np
 from fastcore.basics import patch
 from ..core import canonical_json, sha256_hex, rng
 from .planted import (BLANK_KINDS, PlantedACRB, load_planted_acrb, load_planted_iat, check_number,
-                                      phrases_regex)
+                                      phrases_regex, sim_data_path)
 from .base import (GenerationOutcome, ImageGenerator, ImageEditor, VisionJudge, TextLM, ImageTextEncoder,
                                    IMAGE_GENERATORS, IMAGE_EDITORS, VISION_JUDGES, TEXT_LMS, IMAGE_TEXT_ENCODERS,
                                    load_image, image_to_png)
@@ -374,13 +374,13 @@ class SimVisionJudge(VisionJudge):
         if u[1] < self.p_invalid: return {"text": "Sure! Looking at the image, my answer is probably yes.", "refusal": None,
                                           "usage": usage, "raw": {"sim_invalid": True}}
         family = _schema_family(schema)
-        if family == "cue": data, raw = self._cue(instruction, imgs, payloads, schema, u[2])
+        if family == "cue": data, raw = self._cue(instruction, imgs, payloads, schema, u[2], g)
         else: data, raw = self._choice(instruction, payloads, schema, g)
         return {"text": json.dumps(data), "refusal": None, "usage": usage, "raw": {"family": family, **raw}}
 
 # %% ../../nbs/05e_adapters.sim.ipynb #d4b11c3a
 @patch
-def _cue(self:SimVisionJudge, instruction, imgs, payloads, schema, u):
+def _cue(self:SimVisionJudge, instruction, imgs, payloads, schema, u, g=None):
     p = payloads[-1] if payloads else None
     asked = self.config.find_attributes(instruction)
     label = lambda aid: self.config.attributes[aid].label if aid in self.config.attributes else str(aid)
@@ -405,6 +405,11 @@ def _cue(self:SimVisionJudge, instruction, imgs, payloads, schema, u):
                    (f"; asked about {label(target)}" if target and target != "neutral" else "")
     flipped = u < self.flip_prob
     if flipped: verdict, subst = {"present": "absent", "absent": "present", "substituted": "present"}[verdict], None
+    je, err = (self.config.attributes[target].judge_error if target in self.config.attributes else {}), None
+    if g is not None and (je.get("miss") or je.get("false_cue")):   # planted judge error (config `judge_error`): one more draw
+        v = g.random()
+        if verdict == "present" and v < je["miss"]: verdict, err = "absent", "miss"
+        elif verdict != "present" and v < je["false_cue"]: verdict, subst, err = "present", None, "false_cue"
     main = next((n for n, s in (schema.get("properties") or {}).items()
                  if "enum" in s and _enum_for(s["enum"], "present") is not None and _enum_for(s["enum"], "absent") is not None), None)
     value = _enum_for(schema["properties"][main]["enum"], verdict) if main else None
@@ -413,7 +418,7 @@ def _cue(self:SimVisionJudge, instruction, imgs, payloads, schema, u):
                  {"subst|replac|swap": verdict == "substituted", "erase|absent|missing|remov": verdict != "present",
                   "present|retain|visible|kept|cue": verdict == "present"},
                  score={"present": 1.0, "substituted": 0.5, "absent": 0.0}[verdict])
-    return data, {"verdict": verdict, "target": target, "flipped": bool(flipped)}
+    return data, {"verdict": verdict, "target": target, "flipped": bool(flipped), **({"judge_error": err} if err else {})}
 
 # %% ../../nbs/05e_adapters.sim.ipynb #800dc00a
 @patch
@@ -620,6 +625,10 @@ def _sim_editor(**kw): return SimImageEditor(**kw)
 
 @VISION_JUDGES.register("sim", model_id="data/sim/planted_iat.yaml", notes="reads the pixel payload; cue retention + IAT choice protocol", **_REG)
 def _sim_judge(**kw): return SimVisionJudge(**kw)
+
+@VISION_JUDGES.register("sim-differential", model_id="data/sim/planted_acrb_judge_error.yaml",
+                        notes="the sim judge with planted attribute-dependent cue misses (Nigerian 20%, Kenyan 10%, others 5%)", **_REG)
+def _sim_differential_judge(**kw): return SimVisionJudge(**{"config": sim_data_path("planted_acrb_judge_error.yaml"), **kw})
 
 @TEXT_LMS.register("sim", model_id="sim-text", notes="word-keeping rephrasing; planted toxicity label log-probs", **_REG)
 def _sim_text_lm(**kw): return SimTextLM(**kw)

@@ -4,20 +4,20 @@
 
 # %% auto #0
 __all__ = ['simulate_clustered_binary', 'BootResult', 'bootstrap', 'permutation_test', 'binom_ci', 'rate_table', 'rate_labels',
-           'disparity', 'adjust_pvalues', 'mcnemar_test', 'cochran_q', 'cohens_h', 'paired_effects', 'ComparisonTables',
-           'paired_tests', 'two_proportion_effects', 'independence_test', 'unpaired_tests', 'weat', 'd_score',
-           'iat_d_latency', 'vlm_trial_score', 'iat_effect', 'mdd_two_proportions', 'mdd_paired', 'flag_underpowered',
-           'mixed_logit']
+           'homogeneity_test', 'delta_interval', 'disparity', 'adjust_pvalues', 'mcnemar_test', 'cochran_q', 'cohens_h',
+           'paired_effects', 'ComparisonTables', 'paired_tests', 'two_proportion_effects', 'independence_test',
+           'unpaired_tests', 'weat', 'd_score', 'iat_d_latency', 'vlm_trial_score', 'iat_effect', 'mdd_two_proportions',
+           'mdd_paired', 'flag_underpowered', 'mixed_logit']
 
 # %% ../../nbs/04_stats.ipynb #3935306d
 from .resample import simulate_clustered_binary, BootResult, bootstrap, permutation_test
-from .rates import binom_ci, rate_table, rate_labels, disparity
+from .rates import binom_ci, rate_table, rate_labels, homogeneity_test, delta_interval, disparity
 from .tests import (adjust_pvalues, mcnemar_test, cochran_q, cohens_h, paired_effects, ComparisonTables,
                                  paired_tests, two_proportion_effects, independence_test, unpaired_tests)
 from .iat import weat, d_score, iat_d_latency, vlm_trial_score, iat_effect
 from .power import mdd_two_proportions, mdd_paired, flag_underpowered, mixed_logit
 _all_ = ["simulate_clustered_binary", "BootResult", "bootstrap", "permutation_test", "binom_ci", "rate_table",
-         "rate_labels", "disparity", "adjust_pvalues", "mcnemar_test", "cochran_q", "cohens_h", "paired_effects",
+         "rate_labels", "homogeneity_test", "delta_interval", "disparity", "adjust_pvalues", "mcnemar_test", "cochran_q", "cohens_h", "paired_effects",
          "ComparisonTables", "paired_tests", "two_proportion_effects", "independence_test", "unpaired_tests", "weat",
          "d_score", "iat_d_latency", "vlm_trial_score", "iat_effect", "mdd_two_proportions", "mdd_paired",
          "flag_underpowered", "mixed_logit"]
