@@ -14,8 +14,8 @@ from .runner import RetryPolicy, RateLimiter, StageResult, run_items, rate_limit
 from .ray_exec import RayWorkerPool, ray_init
 
 # %% auto #0
-__all__ = ['EXECUTORS', 'API_BACKENDS', 'LOCAL', 'Execution', 'AdapterRef', 'placement', 'Budget', 'is_loopback',
-           'resolve_budget', 'describe_model', 'build_model_work', 'ModelSession', 'run_model_items']
+__all__ = ['EXECUTORS', 'API_BACKENDS', 'LOCAL', 'DEFAULT_CONCURRENCY', 'Execution', 'AdapterRef', 'placement', 'Budget',
+           'is_loopback', 'resolve_budget', 'describe_model', 'build_model_work', 'ModelSession', 'run_model_items']
 
 # %% ../nbs/06a_execution.ipynb #82fa653f
 EXECUTORS = ("local", "ray")
@@ -138,6 +138,8 @@ def placement(model, # an Adapter instance or an AdapterRef
                     f"a loaded {type(model).__name__}, or use execution='local'")
 
 # %% ../nbs/06a_execution.ipynb #fcd745dd
+DEFAULT_CONCURRENCY = 4 # concurrent requests when neither max_workers, the budget nor the adapter's `max_concurrency` sets them
+
 @dataclasses.dataclass(frozen=True)
 class Budget:
     "A provider budget for API-bound stages: requests per minute and concurrent requests. Not part of a RunSpec."
@@ -195,13 +197,13 @@ def resolve_budget(adapter, # the loaded adapter: its describe(), declared `rpm`
     "(limiter or None, worker threads, what was applied) for a local run: an API adapter's declared budget, overridden by `budget`."
     info = adapter.describe() or {}
     if info.get("backend") not in API_BACKENDS:  # a local model: its hardware is the limit
-        workers = int(max_workers or getattr(adapter, "max_concurrency", None) or 4)
+        workers = int(max_workers or getattr(adapter, "max_concurrency", None) or DEFAULT_CONCURRENCY)
         return limiter, workers, {"rpm": None, "concurrency": workers, "rpm_from": "limiter" if limiter else "local model"}
     host = _endpoint_host(info)
     b, loop = Budget.of(budget, getattr(adapter, "name", None)), is_loopback(host)
     d_rpm, d_conc = (None, None) if loop else (getattr(adapter, "rpm", None), getattr(adapter, "max_concurrency", None))
     rpm = (b.rpm if b.rpm is not None else d_rpm) if b.pace else None
-    workers = int(max_workers or b.concurrency or d_conc or 4)
+    workers = int(max_workers or b.concurrency or d_conc or DEFAULT_CONCURRENCY)
     if limiter is not None: return limiter, workers, {"rpm": limiter.rpm, "concurrency": workers, "rpm_from": "limiter", "endpoint": host}
     src = ("budget" if b.rpm is not None or not b.pace else "declared" if d_rpm else
            "loopback endpoint: no declared budget" if loop else "none declared")

@@ -10,11 +10,10 @@ from .adapters.base import IMAGE_GENERATORS, IMAGE_EDITORS, RegistryEntry
 from .adapters.images import GOOGLE_IMAGE_PRICES, OPENAI_IMAGE_PRICES, openai_image_cost
 
 # %% auto #0
-__all__ = ['DEFAULT_CONCURRENCY', 'declared', 'wall_hours', 'image_price', 'judge_correlation', 'labels_for_width',
-           'width_for_labels']
+__all__ = ['declared', 'wall_hours', 'image_price', 'judge_correlation', 'labels_for_width', 'width_for_labels']
 
 # %% ../nbs/08_planning.ipynb #11ba4392
-DEFAULT_CONCURRENCY = 4 # what `execution.run_model_items` uses when neither max_workers nor the adapter's `max_concurrency` is set
+from .execution import DEFAULT_CONCURRENCY # the concurrency `execution.run_model_items` uses when nothing else sets it (4)
 
 # %% ../nbs/08_planning.ipynb #135b2f94
 def declared(entry:RegistryEntry, # a registry entry (`IMAGE_GENERATORS.entry(name)`, ...)

@@ -13,7 +13,7 @@ from scipy import special
 from statsmodels.stats.power import NormalIndPower
 from statsmodels.stats.proportion import proportion_effectsize
 from ..adapters.base import IMAGE_GENERATORS, IMAGE_EDITORS
-from ..planning import (DEFAULT_CONCURRENCY, declared as _declared, image_price, judge_correlation,
+from ..planning import (DEFAULT_CONCURRENCY, declared as _declared, image_price, judge_correlation, wall_hours,
                               labels_for_width, width_for_labels)
 from .prompts import DOMAINS, load_attributes, load_base_prompts
 
@@ -142,7 +142,7 @@ def plan_audit(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) 
     price = image_price(model, mode, size, quality); usd = price["usd_per_image"]
     conc = concurrency or _declared(entry, "max_concurrency") or DEFAULT_CONCURRENCY
     rpm_ = rpm if rpm is not None else _declared(entry, "rpm")
-    times = [t for t in (calls / rpm_ if rpm_ else None, calls * seconds_per_call / conc / 60 if seconds_per_call else None) if t]
+    hours = wall_hours(calls, rpm_, conc, seconds_per_call)
     plan = {"model": model, "backend": entry.backend, "model_id": entry.model_id, "mode": mode, "dimensions": attrs.dimensions,
             "domains": D["doms"], "n_values": D["n_values"], "n_variants": nv, "mde": mde, "power": power, "alpha": alpha,
             "base_rate": base_rate, "items_needed_per_cell": D["n_needed"], "items_per_cell": D["items_cell"],
@@ -150,7 +150,7 @@ def plan_audit(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) 
             "generator_calls": calls, "images_expected": images, "judge_calls_expected": judged_per_value * D["n_values"] * n_judges,
             "usd_per_image": usd, "cost_usd_expected": None if usd is None else images * usd,
             "cost_usd_max": None if usd is None else calls * usd, "price_source": price["source"],
-            "rpm": rpm_, "concurrency": conc, "seconds_per_call": seconds_per_call, "wall_hours": max(times) / 60 if times else None}
+            "rpm": rpm_, "concurrency": conc, "seconds_per_call": seconds_per_call, "wall_hours": None if math.isnan(hours) else hours}
     rows = [("attribute values compared", D["n_values"], "values", f"{', '.join(attrs.dimensions)} of attribute set {attrs.name} (+ neutral: {nv} variants per prompt)"),
             ("items needed per cell", D["n_needed"], "judged images", f"two-sided two-proportion test, {base_rate:g} vs {base_rate + mde:g}, power {power:g}, α {alpha:g} (Cohen's h, NormalIndPower)"),
             ("items per cell (planned)", D["items_cell"], "images requested", f"{D['n_needed']} / (1 − {expected_refusal:g} refused), rounded up to the design" + (" per (value, domain)" if per_domain else " per value")),
