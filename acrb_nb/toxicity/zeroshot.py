@@ -19,8 +19,7 @@ from ..execution import Execution, AdapterRef, ModelSession
 # %% auto #0
 __all__ = ['TASKS', 'CONTENT_FREE', 'ZeroShotTask', 'get_task', 'model_ref', 'resolve_model', 'hf_parts', 'EncodedPrompt',
            'PromptEncoder', 'label_logprobs', 'pad_token_id', 'collate', 'batches_by_length', 'score_encoded',
-           'model_fingerprint', 'expand_batch_rows', 'content_free_score', 'score_dataset', 'choose_threshold',
-           'calibration_report', 'plot_scores']
+           'model_fingerprint', 'expand_batch_rows', 'content_free_score', 'score_dataset']
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #723bfdd7
 _INSTRUCTION = "Decide if the following text is {positive} or {negative}. Answer with a single word."
@@ -35,6 +34,7 @@ class ZeroShotTask:
     plain_template: str = "{instruction}\nText: {text}\nLabel:" # whole prompt for models without a chat template
     user_template: str = "{instruction}\n\nText: {text}" # user turn for chat models (the answer opens the assistant turn)
     system: str|None = None # system message for chat models (None: no system message, i.e. the template's default)
+    examples: tuple = () # in-context examples ((text, 1 or 0), ...): asked and answered before the text
 
     def __post_init__(self):
         for f in ("positive", "negative"):
@@ -46,6 +46,10 @@ class ZeroShotTask:
             t = getattr(self, f)
             if t.count("{text}") != 1:
                 raise ValueError(f"ZeroShotTask.{f} must contain '{{text}}' exactly once, got {t!r}")
+        try: ex = tuple((str(t), int(y)) for t, y in self.examples)
+        except (TypeError, ValueError): raise ValueError(f"ZeroShotTask.examples must be (text, 1 or 0) pairs, got {self.examples!r}")
+        if any(y not in (0, 1) for _, y in ex): raise ValueError(f"example labels must be 1 (positive) or 0, got {ex!r}")
+        object.__setattr__(self, "examples", ex)
 
     @property
     def labels(self)->tuple: return (self.positive, self.negative)
@@ -53,13 +57,22 @@ class ZeroShotTask:
         ins = self.instruction.replace("{positive}", self.positive).replace("{negative}", self.negative)
         return template.replace("{instruction}", ins).replace("{text}", text)
     def plain_prompt(self, text:str)->str:
-        "The whole prompt for a model without a chat template."
-        return self._fill(self.plain_template, text)
+        "The whole prompt for a model without a chat template (examples first, each followed by its label)."
+        sep = "" if self.plain_template[-1:].isspace() else " "
+        shots = "".join(self._fill(self.plain_template, t) + sep + self.labels[1 - y] + "\n\n" for t, y in self.examples)
+        return shots + self._fill(self.plain_template, text)
     def messages(self, text:str)->list:
-        "The chat messages for a chat model (system message first when set)."
+        "The chat messages for a chat model (system message first when set; each example a user turn and its answer)."
         sys_ = [{"role": "system", "content": self.system}] if self.system else []
-        return [*sys_, {"role": "user", "content": self._fill(self.user_template, text)}]
-    def to_dict(self)->dict: return dataclasses.asdict(self)
+        shots = [m for t, y in self.examples for m in ({"role": "user", "content": self._fill(self.user_template, t)},
+                                                        {"role": "assistant", "content": self.labels[1 - y]})]
+        return [*sys_, *shots, {"role": "user", "content": self._fill(self.user_template, text)}]
+    def to_dict(self)->dict:
+        "The task as plain data (no `examples` entry when there are none, so zero-shot run keys are unchanged)."
+        d = dataclasses.asdict(self)
+        if self.examples: d["examples"] = [list(e) for e in self.examples]
+        else: d.pop("examples")
+        return d
 
 TASKS = {"toxicity": ZeroShotTask("toxicity", "toxic", "non-toxic"),
          "hate": ZeroShotTask("hate", "hateful", "not hateful"),
@@ -608,6 +621,7 @@ def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
     res.insert(1, "pred", _pred(res["score"]))
     res["prob"] = _sigmoid(res["score"])
     res["scored"] = [r is not None and r.get("outcome") == "scored" for r in recs]
+    res["key"] = keys  # the row's item key in the run's store (what `validation` labels and joins on)
     if cf is not None:
         res["score_cc"] = res["score"] - cf
         res["pred_cc"] = _pred(res["score_cc"])
@@ -623,97 +637,3 @@ def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
     if out is not None:
         out = Path(out); out.parent.mkdir(parents=True, exist_ok=True); res.to_parquet(out, index=False)
     return StageResult(res, summary, fp)
-
-# %% ../../nbs/21_toxicity.zeroshot.ipynb #fab2b98b
-def choose_threshold(y_true, # binary labels
-                     score, # scores (higher = more likely positive)
-                     method:str="youden", # "youden" (max TPR − FPR) or "accuracy"
-                    )->float:
-    "The threshold `t` (predict 1 when score > t) that maximises Youden's J or accuracy on labelled data."
-    y, s = np.asarray(y_true).astype(int), np.asarray(score, float)
-    ok = np.isfinite(s); y, s = y[ok], s[ok]
-    if len(s) == 0 or y.min() == y.max():
-        raise ValueError("choose_threshold needs finite scores and both classes in the labelled split")
-    if method not in ("youden", "accuracy"): raise ValueError(f"method must be 'youden' or 'accuracy', got {method!r}")
-    o = np.argsort(s, kind="mergesort"); s, y = s[o], y[o]
-    n, P = len(s), int(y.sum()); N = n - P
-    cum = np.concatenate([[0], np.cumsum(y)])  # positives among the i lowest scores
-    i = np.arange(n + 1)
-    cand = (i == 0) | (i == n) | np.concatenate([[True], s[1:] > s[:-1], [True]])  # cut between distinct values
-    tp = P - cum; fp = (n - i) - tp
-    obj = tp / P - fp / N if method == "youden" else (tp + N - fp) / n
-    obj = np.where(cand, obj, -np.inf)
-    best = np.flatnonzero(obj == obj.max())
-    k = best[np.argmin(np.abs(best - np.searchsorted(s, 0.0)))]  # among ties, the cut nearest to 0
-    if k == 0: return float(s[0] - 1.0)
-    if k == n: return float(s[-1] + 1.0)
-    return float((s[k - 1] + s[k]) / 2)
-
-def _binary_metrics(y, yhat, s)->dict:
-    y, yhat = np.asarray(y, int), np.asarray(yhat, int)
-    tp, fp = int(((yhat == 1) & (y == 1)).sum()), int(((yhat == 1) & (y == 0)).sum())
-    fn, tn = int(((yhat == 0) & (y == 1)).sum()), int(((yhat == 0) & (y == 0)).sum())
-    tpr = tp / (tp + fn) if tp + fn else np.nan; fpr = fp / (fp + tn) if fp + tn else np.nan
-    prec = tp / (tp + fp) if tp + fp else np.nan
-    f1 = 2 * prec * tpr / (prec + tpr) if tp else 0.0
-    return {"n": len(y), "accuracy": (tp + tn) / len(y), "balanced_accuracy": np.nanmean([tpr, 1 - fpr]),
-            "f1": f1, "tpr": tpr, "fpr": fpr, "pos_rate": (tp + fp) / len(y)}
-
-def _auc(y, s)->float:
-    y, s = np.asarray(y, int), np.asarray(s, float)
-    if y.min() == y.max(): return np.nan
-    r = pd.Series(s).rank().to_numpy(); P = y.sum(); N = len(y) - P
-    return float((r[y == 1].sum() - P * (P + 1) / 2) / (P * N))
-
-def calibration_report(preds:StageResult|pd.DataFrame, # output of `score_dataset` (or its rows), with a label column
-                       label_col:str="label", # gold labels (0/1)
-                       *, cal_frac:float=0.5, # share of rows (stratified) used to choose the threshold
-                       method:str="youden", # threshold criterion (see `choose_threshold`)
-                       seed:int=0, # seeds the calibration/evaluation split
-                       content_free:float|None=None, # content-free log-odds (default: the `score_dataset` summary's `content_free_score`)
-                      )->pd.DataFrame:
-    "Accuracy, balanced accuracy, F1, TPR/FPR and AUC on held-out rows for `score > 0`, a chosen threshold, contextual calibration and the majority baseline."
-    cf = preds.summary.get("content_free_score") if isinstance(preds, StageResult) else None
-    if content_free is not None: cf = content_free
-    if isinstance(preds, StageResult): preds = preds.rows
-    if label_col not in preds.columns: raise ValueError(f"no label column {label_col!r}; columns are {list(preds.columns)}")
-    d = preds[preds["score"].notna() & preds[label_col].notna()]
-    y, s = d[label_col].astype(float).round().astype(int).to_numpy(), d["score"].to_numpy(float)
-    gen = _rng(seed, "toxicity", "calibration-split")
-    cal = np.zeros(len(y), bool)
-    for c in (0, 1):
-        idx = np.flatnonzero(y == c); gen.shuffle(idx); cal[idx[:int(round(cal_frac * len(idx)))]] = True
-    ev = ~cal if cal.any() else np.ones(len(y), bool)
-    rules = [("score > 0", 0.0)]
-    if cal.any(): rules.append((f"score > t ({method}, calibration split)", choose_threshold(y[cal], s[cal], method)))
-    if cf is not None and np.isfinite(cf): rules.append(("contextual: score > score(content-free)", float(cf)))
-    auc = _auc(y[ev], s[ev])
-    out = [{"rule": r, "threshold": t, **_binary_metrics(y[ev], s[ev] > t, s[ev]), "auc": auc} for r, t in rules]
-    maj = int(y[cal].mean() >= 0.5) if cal.any() else int(y.mean() >= 0.5)
-    out.append({"rule": f"majority baseline (always {maj})", "threshold": np.nan,
-                **_binary_metrics(y[ev], np.full(ev.sum(), maj), None), "auc": 0.5})
-    return pd.DataFrame(out)
-
-# %% ../../nbs/21_toxicity.zeroshot.ipynb #c0929757
-def plot_scores(preds:StageResult|pd.DataFrame, # output of `score_dataset` (or its rows: then the labels are not named)
-                label_col:str|None="label", # gold label column (None: one histogram)
-                report:pd.DataFrame|None=None, # a `calibration_report` whose thresholds are drawn
-                ax=None, # matplotlib axes
-                bins:int=30, # histogram bins
-               ):
-    "Histogram of scores per gold label with the decision thresholds."
-    import matplotlib.pyplot as plt
-    labels = preds.summary.get("labels", ["positive", "negative"]) if isinstance(preds, StageResult) else ["positive", "negative"]
-    if isinstance(preds, StageResult): preds = preds.rows
-    ax = ax or plt.subplots(figsize=(6, 3.2))[1]
-    s = preds["score"].astype(float)
-    edges = np.histogram_bin_edges(s.dropna(), bins=bins)
-    if label_col and label_col in preds:
-        for v, c in ((0, "tab:blue"), (1, "tab:red")):
-            ax.hist(s[preds[label_col] == v].dropna(), bins=edges, alpha=.55, color=c, label=f"{label_col} = {v}")
-    else: ax.hist(s.dropna(), bins=edges, color="grey")
-    thr = report if report is not None else pd.DataFrame({"rule": ["score > 0"], "threshold": [0.0]})
-    for (_, r), ls in zip(thr.dropna(subset=["threshold"]).iterrows(), ("-", "--", ":", "-.")):
-        ax.axvline(r["threshold"], color="k", ls=ls, lw=1, label=r["rule"])
-    ax.set_xlabel(f"score = log P({labels[0]}) − log P({labels[1]})"); ax.set_ylabel("rows"); ax.legend(fontsize=7)
-    return ax
