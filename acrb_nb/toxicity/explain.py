@@ -4,12 +4,12 @@
 
 # %% ../../nbs/22_toxicity.explain.ipynb #ceb0df28
 from __future__ import annotations
-import contextlib, functools, html, math, re
+import contextlib, functools, html, math, re, time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
-from ..core import item_key, rng as _rng, sha256_hex
+from ..core import item_key, rng as _rng, seed_int, sha256_hex
 from ..runner import StageResult, store_for
 from ..adapters.text import context_length
 from .zeroshot import (EncodedPrompt, PromptEncoder, get_task, model_ref, resolve_model, label_logprobs,
@@ -17,23 +17,30 @@ from .zeroshot import (EncodedPrompt, PromptEncoder, get_task, model_ref, resolv
 from ..execution import Execution, ModelSession
 
 # %% auto #0
-__all__ = ['ZERO_ID', 'IDENTITY_TERMS', 'ig_embedding', 'LabelMargin', 'baseline_ids', 'integrated_gradients', 'ig_per_step_loop',
-           'explain_rows', 'plot_attributions', 'attributions_html', 'identity_term_tokens', 'identity_attribution',
-           'deletion_curve', 'plot_deletion']
+__all__ = ['ZERO_ID', 'BASELINES', 'FILLER', 'IDENTITY_TERMS', 'ig_embedding', 'LabelMargin', 'ig_chunk', 'integrated_gradients',
+           'ig_per_step_loop', 'baseline_ids', 'baseline_inputs', 'explain_margin', 'explain_rows', 'plot_attributions',
+           'attributions_html', 'identity_term_tokens', 'identity_attribution']
 
 # %% ../../nbs/22_toxicity.explain.ipynb #8e64b57c
-ZERO_ID = -1 # token id that the IG embedding wrapper maps to the zero vector
+ZERO_ID = -1 # token id that the IG embedding wrapper maps to the zero vector (ids −2, −3, … index per-row vectors)
 
 def ig_embedding(emb, # the model's input embedding module
                 ):
-    "A module wrapping `emb` whose output for id `ZERO_ID` is the zero vector (the layer IG attributes to)."
+    "A module wrapping `emb` (the layer IG attributes to): id `ZERO_ID` gives the zero vector, ids −2, −3, … the rows of its `virtual` table."
     import torch
     class IGEmbedding(torch.nn.Module):
-        "Input embeddings; id −1 gives the zero vector."
-        def __init__(self, emb): super().__init__(); self.emb = emb
+        "Input embeddings; negative ids index `virtual` (row 0, id −1, is the zero vector)."
+        def __init__(self, emb):
+            super().__init__(); self.emb = emb
+            w = emb.weight; self.virtual = torch.zeros(1, w.shape[1], dtype=w.dtype, device=w.device)
+        def set_virtual(self, vecs)->list:
+            "Register vectors that are no token (baselines); returns the ids that stand for them."
+            self.virtual = torch.cat([self.virtual[:1], vecs.to(self.virtual)]); return [-2 - i for i in range(len(vecs))]
         def forward(self, ids):
             e = self.emb(ids.clamp(min=0))
-            return torch.where((ids == ZERO_ID)[..., None], torch.zeros_like(e), e)
+            if not bool((ids < 0).any()): return e
+            v = self.virtual[(-ids - 1).clamp(min=0, max=len(self.virtual) - 1)]
+            return torch.where((ids < 0)[..., None], v.to(e.dtype), e)
     return IGEmbedding(emb)
 
 class LabelMargin:
@@ -69,31 +76,35 @@ class LabelMargin:
                             method=self.method)
         return lp[:, 0] - lp[:, 1]
 
-    def __call__(self, ids, # [N, T] prompt ids (`ZERO_ID` allowed)
+    def __call__(self, ids, # [N, T] prompt ids (negative ids: `ig_embedding`'s vectors)
                 ):
         "Margins [N] for prompt ids (through the hookable embedding wrapper)."
         return self.from_embeds(self.embed(ids))
 
-def baseline_ids(row:EncodedPrompt, # the encoded row
-                 tokenizer, # the model's tokenizer
-                 baseline:str="pad", # "pad", "zero" or "mask"
-                 scope:str="text", # "text": replace only the text's tokens; "all": every prompt token
-                )->list:
-    "The baseline prompt as token ids (`ZERO_ID` for the zero embedding)."
-    if baseline == "zero": b = ZERO_ID
-    elif baseline == "pad":
-        b = pad_token_id(tokenizer)
-    elif baseline == "mask":
-        b = getattr(tokenizer, "mask_token_id", None)
-        if b is None: raise ValueError("this tokenizer has no mask token (causal LMs rarely do); use baseline='zero' or 'pad'")
-    else: raise ValueError(f"baseline must be 'zero', 'pad' or 'mask', got {baseline!r}")
-    if scope not in ("text", "all"): raise ValueError(f"baseline_scope must be 'text' or 'all', got {scope!r}")
-    ids = list(row.ids[:row.m])
-    a, z = (row.text_span[0], min(row.text_span[1], row.m)) if scope == "text" else (0, len(ids))
-    return ids[:a] + [int(b)] * (z - a) + ids[z:]
+# %% ../../nbs/22_toxicity.explain.ipynb #4240be7a
+@contextlib.contextmanager
+def _input_grads_only(model):
+    "No gradients for the weights while attributing (IG needs them for the inputs only): a third less work per step."
+    ps = [p for p in model.parameters() if p.requires_grad]
+    for p in ps: p.requires_grad_(False)
+    try: yield
+    finally:
+        for p in ps: p.requires_grad_(True)
+
+def ig_chunk(model, # a transformers causal LM
+             n_tokens:int, # positions that go through the model at every step (the text and what follows it)
+             n_context:int, # positions attended to (the whole prompt)
+             budget:float=1.5e9, # bytes of activations one forward + backward pass may hold
+            )->int:
+    "Interpolation steps per pass (`internal_batch_size`) that keep the saved activations under `budget` (an estimate, see the text)."
+    c = getattr(model.config, "text_config", None) or model.config
+    h, L, a = c.hidden_size, c.num_hidden_layers, c.num_attention_heads
+    i = getattr(c, "intermediate_size", None) or getattr(c, "n_inner", None) or 4 * h
+    per_step = next(model.parameters()).element_size() * L * n_tokens * (40 * h + 3 * i + 2 * a * n_context)
+    return max(1, int(budget // per_step))
 
 def integrated_gradients(fn:LabelMargin, # the margin function of one row
-                         baseline:Sequence[int], # baseline ids (see `baseline_ids`)
+                         baseline:Sequence[int], # baseline ids (see `baseline_ids`, `baseline_inputs`)
                          *, n_steps:int=32, # quadrature points along the path
                          internal_batch_size:int|None=None, # steps per forward pass (None: all at once)
                         )->dict:
@@ -104,7 +115,9 @@ def integrated_gradients(fn:LabelMargin, # the margin function of one row
     b = torch.tensor([list(baseline)], device=x.device)
     if b.shape != x.shape: raise ValueError(f"baseline has {b.shape[1]} tokens, the prompt {x.shape[1]}")
     lig = LayerIntegratedGradients(fn, fn.embed)
-    attr = lig.attribute(x, baselines=b, n_steps=n_steps, internal_batch_size=internal_batch_size)
+    mdl = getattr(fn, "model", None)
+    with (_input_grads_only(mdl) if mdl is not None else contextlib.nullcontext()):
+        attr = lig.attribute(x, baselines=b, n_steps=n_steps, internal_batch_size=internal_batch_size)
     with torch.no_grad(): fx, fb = float(fn(x)[0]), float(fn(b)[0])
     a = attr.sum(-1)[0].detach().float().cpu().numpy()
     # captum's convergence delta, Σ attributions − (f(x) − f(x')), from the f values computed once here
@@ -126,6 +139,59 @@ def ig_per_step_loop(f_embeds:Callable, # prompt embeddings [1, T, d] -> output 
         total += float(wi) * g
     return ((x_embeds - b_embeds) * total).sum(-1)[0].detach()
 
+# %% ../../nbs/22_toxicity.explain.ipynb #c04d725f
+BASELINES = ("mean", "zero", "pad", "filler", "uniform", "blur", "expected", "mask") # `explain_rows(baseline=...)` choices
+FILLER = " ." # the filler baseline's text: one neutral token, repeated in place of every text token
+
+def baseline_ids(row:EncodedPrompt, # the encoded row
+                 tokenizer, # the model's tokenizer
+                 baseline:str="pad", # "pad", "zero", "mask" or "filler" (baselines that are token ids)
+                 scope:str="text", # "text": replace only the text's tokens; "all": every prompt token
+                 filler:str=FILLER, # the filler baseline's text (its last token is used)
+                )->list:
+    "The baseline prompt as token ids (`ZERO_ID` for the zero embedding)."
+    if baseline == "zero": b = ZERO_ID
+    elif baseline == "pad":
+        b = pad_token_id(tokenizer)
+    elif baseline == "mask":
+        b = getattr(tokenizer, "mask_token_id", None)
+        if b is None: raise ValueError("this tokenizer has no mask token (causal LMs rarely do); use baseline='zero' or 'pad'")
+    elif baseline == "filler": b = tokenizer(filler, add_special_tokens=False)["input_ids"][-1]
+    else: raise ValueError(f"baseline must be 'zero', 'pad', 'mask' or 'filler' here (see `baseline_inputs` for {BASELINES}), got {baseline!r}")
+    if scope not in ("text", "all"): raise ValueError(f"baseline_scope must be 'text' or 'all', got {scope!r}")
+    ids = list(row.ids[:row.m])
+    a, z = (row.text_span[0], min(row.text_span[1], row.m)) if scope == "text" else (0, len(ids))
+    return ids[:a] + [int(b)] * (z - a) + ids[z:]
+
+def baseline_inputs(fn:LabelMargin, # the row's margin function (vectors that are no token are registered on `fn.embed`)
+                    tokenizer, # the model's tokenizer
+                    baseline:str="mean", # one of `BASELINES`
+                    scope:str="text", # "text" or "all" (see `baseline_ids`)
+                    *, seed:int=0, # seeds the random baselines (with the row's text, so a row's baseline does not depend on its neighbours)
+                    n_samples:int=4, # "expected": baselines averaged over
+                    corpus:Sequence[int]|None=None, # "expected": token ids to draw from (None: the row's own text tokens)
+                    sigma:float=2.0, # "blur": Gaussian kernel width in tokens
+                   )->list:
+    "The baseline prompt(s) as id lists: one, or `n_samples` for expected gradients."
+    import torch
+    if baseline in ("pad", "zero", "mask", "filler"): return [baseline_ids(fn.row, tokenizer, baseline, scope)]
+    if baseline not in BASELINES: raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
+    row, W = fn.row, fn.embed.emb.weight.detach()
+    ids = list(row.ids[:row.m])
+    a, z = (row.text_span[0], min(row.text_span[1], row.m)) if scope == "text" else (0, len(ids))
+    n, g = z - a, torch.Generator().manual_seed(seed_int(seed, "toxicity.ig.baseline", baseline, sha256_hex(row.text)))
+    put = lambda vals: ids[:a] + list(vals) + ids[z:]
+    if baseline == "mean": return [put(fn.embed.set_virtual(W.mean(0, keepdim=True)) * n)]
+    if baseline == "uniform":
+        lo, hi = W.min(0).values, W.max(0).values
+        return [put(fn.embed.set_virtual(lo + (hi - lo) * torch.rand(n, W.shape[1], generator=g, dtype=W.dtype)))]
+    if baseline == "blur":
+        k = torch.arange(n, dtype=W.dtype)
+        K = torch.exp(-0.5 * ((k[:, None] - k[None]) / sigma) ** 2); K = K / K.sum(1, keepdim=True)
+        return [put(fn.embed.set_virtual(K @ W[torch.tensor(ids[a:z], dtype=torch.long)]))]
+    pool = torch.tensor(list(corpus) if corpus is not None and len(corpus) else ids[a:z] or [pad_token_id(tokenizer)])
+    return [put(pool[torch.randint(len(pool), (n,), generator=g)].tolist()) for _ in range(int(n_samples))]
+
 # %% ../../nbs/22_toxicity.explain.ipynb #2f199089
 def _token_pieces(row:EncodedPrompt, tok)->list:
     "Each prompt token as the piece of prompt text it covers (special tokens by name)."
@@ -141,25 +207,48 @@ def _ig_parts(lm, task, chat, max_text_tokens)->tuple:
                                       f"{type(lm).__name__} is an API adapter")
     return lm, PromptEncoder(parts[1], task, chat=chat, context=context_length(parts[0]), max_text_tokens=max_text_tokens)
 
-def _ig_record(lm, enc:PromptEncoder, text:str, *, n_steps:int, internal_batch_size, baseline:str, baseline_scope:str,
-               tol:float, refine_to, method:str, settings:dict)->dict:
-    "One row's IG record (what the store keeps), refined with doubled steps while |delta| > tol when `refine_to` is set."
+def explain_margin(fn:LabelMargin, # the row's margin function
+                   baselines:Sequence[Sequence[int]], # baseline prompts (from `baseline_inputs`); several are averaged
+                   *, n_steps:int=16, # quadrature points to start with
+                   refine_to:int|None=128, # double the steps while the row misses its tolerance, up to this many (None: never)
+                   rel_tol:float=0.05, # tolerance: |delta| <= rel_tol * max(|f(x) − f(x')|, floor)
+                   floor:float=1.0, # nats: below this gap the tolerance is rel_tol * floor
+                   tol:float|None=None, # an absolute tolerance instead (nats)
+                   internal_batch_size:int|None=None, # steps per pass (None: from `memory_budget`)
+                   memory_budget:float=1.5e9, # bytes of activations per pass (see `ig_chunk`)
+                  )->dict:
+    "IG of one row (averaged over its baselines), refined with doubled steps until it meets its completeness tolerance."
+    row, K = fn.row, len(baselines)
+    P = min(next((i for i, (u, v) in enumerate(zip(row.ids[:row.m], b)) if u != v), row.m) for b in baselines)
+    chunk = internal_batch_size or ig_chunk(fn.model, row.m - P + max(len(l) for l in row.labels), row.m, memory_budget)
+    t0, steps = time.perf_counter(), int(n_steps)
+    while True:
+        per = steps if K == 1 else max(2, steps // K)  # expected gradients: the steps are shared by the baselines
+        rs = [integrated_gradients(fn, b, n_steps=per, internal_batch_size=min(per, chunk)) for b in baselines]
+        a, fx, fb = np.mean([r["attributions"] for r in rs], 0), rs[0]["f_x"], float(np.mean([r["f_baseline"] for r in rs]))
+        delta = rs[0]["delta"] if K == 1 else float(np.mean([r["delta"] for r in rs]))
+        limit = float(tol) if tol is not None else rel_tol * max(abs(fx - fb), floor)
+        if abs(delta) <= limit or not refine_to or 2 * steps > refine_to: break
+        steps *= 2
+    return {"attributions": a, "f_x": fx, "f_baseline": fb, "sum_attr": float(a.sum()), "delta": delta, "tol": limit,
+            "converged": abs(delta) <= limit, "rel_err": abs(delta) / max(abs(fx - fb), floor), "n_steps": steps,
+            "chunk": int(min(per, chunk)), "seconds": time.perf_counter() - t0}
+
+def _ig_record(lm, enc:PromptEncoder, text:str, *, baseline:str, baseline_scope:str, seed:int, n_samples:int, method:str,
+               settings:dict, **kw)->dict:
+    "One row's IG record (what the store keeps)."
     mdl, tok = hf_parts(lm)
     row = enc.encode([text])[0]
     fn = LabelMargin(mdl, row, method=method)
-    base, steps = baseline_ids(row, tok, baseline, baseline_scope), int(n_steps)
     with getattr(lm, "_lock", contextlib.nullcontext()):
-        while True:
-            r = integrated_gradients(fn, base, n_steps=steps, internal_batch_size=internal_batch_size)
-            if not refine_to or abs(r["delta"]) <= tol or 2 * steps > refine_to: break
-            steps *= 2
+        r = explain_margin(fn, baseline_inputs(fn, tok, baseline, baseline_scope, seed=seed, n_samples=n_samples), **kw)
     is_text = [row.text_span[0] <= i < row.text_span[1] for i in range(row.m)]
     return {"outcome": "explained", "prompt": row.prompt, "tokens": _token_pieces(row, tok),
             "token_ids": [int(i) for i in row.ids[:row.m]], "offsets": [list(o) for o in row.offsets[:row.m]],
             "is_text": is_text, "attributions": [float(a) for a in r["attributions"]], "score": r["f_x"],
             "f_baseline": r["f_baseline"], "sum_attr": r["sum_attr"], "delta": r["delta"],
             "label_ids": [list(map(int, l)) for l in row.labels], "label_skip": list(row.skip),
-            "truncated": row.truncated, **settings, "n_steps": steps}
+            "truncated": row.truncated, **settings, **{k: r[k] for k in ("n_steps", "tol", "converged", "rel_err", "chunk", "seconds")}}
 
 def _ig_work(lm, # the loaded model (in this process, or in a Ray worker)
              blobs, # unused: an IG record is the item's own record
@@ -172,17 +261,23 @@ def _ig_work(lm, # the loaded model (in this process, or in a Ray worker)
 
 def _ig_info(work)->dict: return {"model": model_fingerprint(work.model), "prompt": work.fn.enc.describe()}
 
+# %% ../../nbs/22_toxicity.explain.ipynb #3f224f0c
 def explain_rows(data, # DataFrame, list of texts, or parquet/CSV path (as in `score_dataset`)
                  model, # registry name, hub id, folder, .gguf, HFCausalLM adapter or (model, tokenizer)
                  task="toxicity", # as in `score_dataset`
                  *, rows=25, # int: the first `rows` rows; a list: these index labels; None: all rows
                  text_col:str="text", # text column
-                 n_steps:int=32, # IG quadrature points
-                 internal_batch_size:int|None=None, # IG steps per forward pass (None: all; lower it to save memory)
-                 baseline:str="pad", # "pad", "zero" or "mask"
+                 n_steps:int=16, # IG quadrature points to start with
+                 internal_batch_size:int|None=None, # IG steps per forward pass (None: from `memory_budget`)
+                 memory_budget:float=1.5e9, # bytes of activations per forward + backward pass (see `ig_chunk`)
+                 baseline:str="mean", # one of `BASELINES` (see the text for how the default was chosen)
                  baseline_scope:str="text", # "text" (only the text tokens are replaced) or "all"
-                 tol:float=0.05, # flag rows whose |convergence delta| exceeds this (score units, nats)
-                 refine_to:int|None=None, # if set, double `n_steps` for a row until |delta| <= tol or this many steps
+                 rel_tol:float=0.05, # completeness tolerance per row: |delta| <= rel_tol * max(|f(x) − f(x')|, floor)
+                 floor:float=1.0, # nats (see `rel_tol`)
+                 tol:float|None=None, # an absolute tolerance instead of the relative one (nats)
+                 refine_to:int|None=128, # double `n_steps` for a row until it meets its tolerance or this many steps (None: never)
+                 n_samples:int=4, # baselines averaged over by `baseline="expected"`
+                 seed:int=0, # seeds the random baselines
                  chat:bool|None=None, # prompt setting: use the same as `score_dataset`
                  max_text_tokens:int|None=None, # prompt setting: use the same as `score_dataset`
                  method:str="cache", # see `label_logprobs`
@@ -205,10 +300,14 @@ def explain_rows(data, # DataFrame, list of texts, or parquet/CSV path (as in `s
         if missing: raise ValueError(f"rows {missing[:5]} are not in the data's index (index values, not positions)")
         sel = df.loc[list(rows)]
     tsk = get_task(task)
+    if baseline not in BASELINES: raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
     settings = {"n_steps": int(n_steps), "baseline": baseline, "baseline_scope": baseline_scope, "method": method,
-                "tol": float(tol) if refine_to else None, "refine_to": int(refine_to) if refine_to else None}
-    ig_kw = dict(n_steps=int(n_steps), internal_batch_size=internal_batch_size, baseline=baseline,
-                 baseline_scope=baseline_scope, tol=float(tol), refine_to=refine_to, method=method, settings=settings)
+                "tol": None if tol is None else float(tol), "rel_tol": float(rel_tol), "floor": float(floor),
+                "refine_to": int(refine_to) if refine_to else None, "seed": int(seed),
+                "n_samples": int(n_samples) if baseline == "expected" else None}
+    ig_kw = dict(n_steps=int(n_steps), internal_batch_size=internal_batch_size, memory_budget=float(memory_budget),
+                 baseline=baseline, baseline_scope=baseline_scope, tol=tol, rel_tol=float(rel_tol), floor=float(floor),
+                 refine_to=refine_to, seed=int(seed), n_samples=int(n_samples), method=method, settings=settings)
     texts = ["" if t is None or (isinstance(t, float) and math.isnan(t)) else str(t) for t in sel[text_col]]
     make = functools.partial(_ig_work, task=tsk, chat=chat, max_text_tokens=max_text_tokens, ig_kw=tuple(ig_kw.items()))
     with store_for(run, prefix="acrb-ig-") as (store, _), \
@@ -224,9 +323,13 @@ def explain_rows(data, # DataFrame, list of texts, or parquet/CSV path (as in `s
     out_rows = []
     for idx, k in zip(sel.index, keys):
         r = dict(got[k]); r.pop("outcome", None)
-        out_rows.append({"idx": idx, **r, "flagged": abs(r["delta"]) > tol})
+        out_rows.append({"idx": idx, **r, "flagged": not r["converged"]})
     ig = pd.DataFrame(out_rows)
-    summary = {"task": tsk.name, "labels": list(tsk.labels), "tol": tol, "placement": s.why,
+    gap = (ig["score"] - ig["f_baseline"]).abs() if len(ig) else pd.Series(dtype=float)
+    summary = {"task": tsk.name, "labels": list(tsk.labels), "tol": tol, "rel_tol": rel_tol, "floor": floor,
+               "baseline": baseline, "placement": s.why, "frac_converged": float(ig["converged"].mean()) if len(ig) else np.nan,
+               "frac_gap_ge_0.5": float((gap >= 0.5).mean()) if len(ig) else np.nan,
+               "seconds_per_row": float(ig["seconds"].median()) if len(ig) else np.nan,
                **{k: v for k, v in res.summary.items() if k in ("items", "cached", "called", "done", "failed", "executor",
                                                                "actors", "worker_deaths", "resubmitted_items")}}
     if heatmap_dir is not None:
@@ -353,60 +456,3 @@ def identity_attribution(ig:pd.DataFrame, # output of `explain_rows`
                                 attr_per_token=("attr_per_token", "mean"), other_per_token=("other_per_token", "mean"),
                                 frac_pred_pos=("pred_pos", "mean"))
              .reset_index().sort_values("mean_attr", ascending=False, ignore_index=True))
-
-# %% ../../nbs/22_toxicity.explain.ipynb #d37ded32
-def deletion_curve(ig:StageResult|pd.DataFrame, # output of `explain_rows` (or its rows)
-                   model, # the same model (registry name, adapter, or (model, tokenizer))
-                   *, fractions:Sequence[float]=(0.1, 0.2, 0.3, 0.4, 0.5), # shares of text tokens removed
-                   n_random:int=5, # random orders per row
-                   seed:int=0, # seeds the random orders
-                   batch_size:int=32, # sequences per forward pass
-                   **model_kw, # options for `resolve_model`
-                  )->StageResult:
-    "Margin drop after deleting the top-attributed vs random text tokens: one row per (idx, order, fraction); AOPC in the summary."
-    if isinstance(ig, StageResult): ig = ig.rows
-    lm = resolve_model(model, **model_kw); parts = hf_parts(lm)
-    if parts is None: raise TypeError("deletion_curve needs a local transformers model")
-    mdl, tok = parts
-    seqs, meta = [], []
-    for _, r in ig.iterrows():
-        ids, a, txt = list(r["token_ids"]), np.asarray(r["attributions"], float), np.flatnonzero(np.asarray(r["is_text"], bool))
-        sign = 1.0 if r["score"] > 0 else -1.0
-        orders = [("ig", 0, txt[np.argsort(-sign * a[txt], kind="stable")])]
-        for j in range(n_random): orders.append(("random", j, _rng(seed, "deletion", str(r["idx"]), j).permutation(txt)))
-        labels, skip = [list(l) for l in r["label_ids"]], list(r["label_skip"])
-        def ep(x): return EncodedPrompt("", "", x, [], (0, 0), len(x), labels, skip, 0, 0, False)
-        seqs.append(ep(ids)); meta.append((r["idx"], "full", 0, 0.0, 0, sign))
-        for name, j, order in orders:
-            for f in fractions:
-                k = min(len(txt), max(1, int(round(f * len(txt))))) if len(txt) else 0
-                drop = set(order[:k].tolist())
-                seqs.append(ep([t for i, t in enumerate(ids) if i not in drop])); meta.append((r["idx"], name, j, f, k, sign))
-    with getattr(lm, "_lock", contextlib.nullcontext()):
-        lp = score_encoded(mdl, seqs, pad_id=pad_token_id(tok), batch_size=batch_size)
-    d = pd.DataFrame(meta, columns=["idx", "order", "rep", "fraction", "k", "sign"])
-    d["margin"] = lp[:, 0] - lp[:, 1]
-    base = d[d["order"] == "full"].set_index("idx")["margin"]
-    d = d[d["order"] != "full"].copy()
-    d["drop"] = d["sign"] * (d["idx"].map(base) - d["margin"])
-    curve = d.groupby(["idx", "order", "fraction"], as_index=False).agg(k=("k", "first"), drop=("drop", "mean"))
-    aopc = curve.groupby("order")["drop"].mean()
-    per_row = curve.groupby(["idx", "order"])["drop"].mean().unstack()
-    summary = dict(aopc={k: float(aopc.get(k, np.nan)) for k in ("ig", "random")},
-                   aopc_ig=float(aopc.get("ig", np.nan)), aopc_random=float(aopc.get("random", np.nan)),
-                   frac_rows_ig_above_random=float((per_row["ig"] > per_row["random"]).mean()) if len(per_row) else np.nan,
-                   n_rows=int(len(per_row)))
-    return StageResult(curve, summary)
-
-def plot_deletion(curve:StageResult|pd.DataFrame, # output of `deletion_curve` (or its rows)
-                  ax=None, # matplotlib axes
-                 ):
-    "Mean margin drop vs share of text tokens removed, IG order vs random order (AOPC in the legend)."
-    import matplotlib.pyplot as plt
-    if isinstance(curve, StageResult): curve = curve.rows
-    ax = ax or plt.subplots(figsize=(4.5, 3))[1]
-    for name, st in (("ig", "o-"), ("random", "s--")):
-        m = curve[curve["order"] == name].groupby("fraction")["drop"].mean()
-        ax.plot([0, *m.index], [0, *m.values], st, label=f"{name} (AOPC {curve.loc[curve.order == name, 'drop'].mean():.3f})")
-    ax.set_xlabel("share of text tokens removed"); ax.set_ylabel("drop of the predicted label's margin"); ax.legend(fontsize=8)
-    return ax
