@@ -9,16 +9,18 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
+from fastcore.basics import patch
 from ..core import item_key, rng as _rng, sha256_hex
 from ..store import ItemStore, Run
 from ..runner import RetryPolicy, RateLimiter, StageResult, store_for
+from ..stats import binom_ci
 from ..adapters.base import TextLM
 from ..adapters.text import leading_special_ids, context_length
 from ..execution import Execution, AdapterRef, ModelSession
 
 # %% auto #0
 __all__ = ['TASKS', 'CONTENT_FREE', 'ZeroShotTask', 'get_task', 'model_ref', 'resolve_model', 'hf_parts', 'EncodedPrompt',
-           'PromptEncoder', 'label_logprobs', 'pad_token_id', 'collate', 'batches_by_length', 'score_encoded',
+           'PromptEncoder', 'pad_token_id', 'collate', 'batches_by_length', 'label_logprobs', 'score_encoded',
            'model_fingerprint', 'expand_batch_rows', 'content_free_score', 'score_dataset']
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #723bfdd7
@@ -193,50 +195,104 @@ class PromptEncoder:
             out.append(cut); info.append((len(ids), b, True))
         return out, info
 
-    def encode(self, texts:Sequence[str], # texts to classify
-              )->list:
-        "One `EncodedPrompt` per text."
-        texts = ["" if t is None else str(t) for t in texts]
-        if not texts: return []
-        budgets = [self._budget()] * len(texts)
-        kept, info = self._cut(texts, budgets)
-        for _ in range(8):  # re-check on the whole prompt (joint tokenization can differ at the edges)
-            prompts = [self.render(k) for k in kept]
-            enc = self.tok(prompts, add_special_tokens=False, return_offsets_mapping=getattr(self.tok, "is_fast", False))
-            over = [i for i, ids in enumerate(enc["input_ids"]) if self.context is not None and
-                    len(self.lead) + len(ids) + self._max_label > self.context]
-            if not over: break
-            for i in over: budgets[i] = info[i][1] - (len(self.lead) + len(enc["input_ids"][i]) + self._max_label - self.context)
-            sub, sub_info = self._cut([texts[i] for i in over], [budgets[i] for i in over])
-            for i, k, inf in zip(over, sub, sub_info): kept[i], info[i] = k, inf
-        else: raise RuntimeError("could not fit the prompt into the context after 8 truncation rounds; report this text")
-        joint = self.tok([p + l for p in prompts for l in self.label_texts], add_special_tokens=False)["input_ids"]
-        K, out = len(self.label_texts), []
-        for i, p in enumerate(prompts):
-            ids = self.lead + list(enc["input_ids"][i])
-            offs = [(0, 0)] * len(self.lead) + ([tuple(o) for o in enc["offset_mapping"][i]] if "offset_mapping" in enc
-                                               else [(0, 0)] * len(enc["input_ids"][i]))
-            js = [self.lead + list(joint[i * K + j]) for j in range(K)]
-            ns = []
-            for j, jt in enumerate(js):
-                n = 0
-                while n < min(len(ids), len(jt)) and ids[n] == jt[n]: n += 1
-                if n == len(jt): raise ValueError(f"label {self.label_texts[j]!r} adds no tokens after the prompt")
-                ns.append(n)
-            m = min(ns)
-            if m == 0: raise ValueError("the prompt is empty after tokenization; give a non-empty template")
-            a, b = len(self.head), len(self.head) + len(kept[i])
-            if "offset_mapping" in enc:
-                inside = [k for k, (s, e) in enumerate(offs) if e > a and s < b and e > s]
-                span = (inside[0], inside[-1] + 1) if inside else (len(ids), len(ids))
-            else:
-                h = len(self.lead) + len(self.tok(self.head, add_special_tokens=False)["input_ids"])
-                span = (h, len(ids) - len(self.tok(self.tail, add_special_tokens=False)["input_ids"]))
-            out.append(EncodedPrompt(kept[i], p, ids, offs, span, m, [jt[m:] for jt in js], [n - m for n in ns],
-                                     info[i][0], info[i][1], info[i][2]))
-        return out
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #9cd7134f
+@patch
+def encode(self:PromptEncoder, texts:Sequence[str], # texts to classify
+          )->list:
+    "One `EncodedPrompt` per text."
+    texts = ["" if t is None else str(t) for t in texts]
+    if not texts: return []
+    budgets = [self._budget()] * len(texts)
+    kept, info = self._cut(texts, budgets)
+    for _ in range(8):  # re-check on the whole prompt (joint tokenization can differ at the edges)
+        prompts = [self.render(k) for k in kept]
+        enc = self.tok(prompts, add_special_tokens=False, return_offsets_mapping=getattr(self.tok, "is_fast", False))
+        over = [i for i, ids in enumerate(enc["input_ids"]) if self.context is not None and
+                len(self.lead) + len(ids) + self._max_label > self.context]
+        if not over: break
+        for i in over: budgets[i] = info[i][1] - (len(self.lead) + len(enc["input_ids"][i]) + self._max_label - self.context)
+        sub, sub_info = self._cut([texts[i] for i in over], [budgets[i] for i in over])
+        for i, k, inf in zip(over, sub, sub_info): kept[i], info[i] = k, inf
+    else: raise RuntimeError("could not fit the prompt into the context after 8 truncation rounds; report this text")
+    joint = self.tok([p + l for p in prompts for l in self.label_texts], add_special_tokens=False)["input_ids"]
+    K, out = len(self.label_texts), []
+    for i, p in enumerate(prompts):
+        ids = self.lead + list(enc["input_ids"][i])
+        offs = [(0, 0)] * len(self.lead) + ([tuple(o) for o in enc["offset_mapping"][i]] if "offset_mapping" in enc
+                                           else [(0, 0)] * len(enc["input_ids"][i]))
+        js = [self.lead + list(joint[i * K + j]) for j in range(K)]
+        ns = []
+        for j, jt in enumerate(js):
+            n = 0
+            while n < min(len(ids), len(jt)) and ids[n] == jt[n]: n += 1
+            if n == len(jt): raise ValueError(f"label {self.label_texts[j]!r} adds no tokens after the prompt")
+            ns.append(n)
+        m = min(ns)
+        if m == 0: raise ValueError("the prompt is empty after tokenization; give a non-empty template")
+        a, b = len(self.head), len(self.head) + len(kept[i])
+        if "offset_mapping" in enc:
+            inside = [k for k, (s, e) in enumerate(offs) if e > a and s < b and e > s]
+            span = (inside[0], inside[-1] + 1) if inside else (len(ids), len(ids))
+        else:
+            h = len(self.lead) + len(self.tok(self.head, add_special_tokens=False)["input_ids"])
+            span = (h, len(ids) - len(self.tok(self.tail, add_special_tokens=False)["input_ids"]))
+        out.append(EncodedPrompt(kept[i], p, ids, offs, span, m, [jt[m:] for jt in js], [n - m for n in ns],
+                                 info[i][0], info[i][1], info[i][2]))
+    return out
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #bd29c45f
+def pad_token_id(tok, # a tokenizer
+                )->int:
+    "The id used for padding: the tokenizer's pad token, else EOS, else BOS, else 0."
+    for t in (tok.pad_token_id, tok.eos_token_id, tok.bos_token_id):
+        if t is not None: return int(t)
+    return 0
+
+def _common_prefix(seqs:Sequence[Sequence[int]])->int:
+    "Length of the longest common prefix of token lists."
+    if not seqs: return 0
+    n = min(len(x) for x in seqs)
+    first = seqs[0]
+    for i in range(n):
+        t = first[i]
+        if any(x[i] != t for x in seqs): return i
+    return n
+
+def collate(rows:Sequence[EncodedPrompt], # encoded prompts (one batch)
+            pad_id:int=0, # id used for padding (never attended to)
+            device="cpu", # torch device
+            share_prefix:bool=True, # split off the tokens every row starts with (run once for the batch)
+           )->dict:
+    "Tensors for `label_logprobs`: shared prefix, left-padded rest of the prompts, right-padded labels, scored-position mask."
+    import torch
+    B, K = len(rows), len(rows[0].labels)
+    P = min(_common_prefix([r.ids[:r.m] for r in rows]), min(r.m for r in rows) - 1) if share_prefix else 0
+    T, L = max(r.m for r in rows) - P, max(len(l) for r in rows for l in r.labels)
+    ids = torch.full((B, T), pad_id, dtype=torch.long); am = torch.zeros((B, T), dtype=torch.long)
+    lab = torch.full((B, K, L), pad_id, dtype=torch.long); valid = torch.zeros((B, K, L), dtype=torch.bool)
+    for b, r in enumerate(rows):
+        n = r.m - P
+        ids[b, T - n:] = torch.tensor(r.ids[P:r.m]); am[b, T - n:] = 1
+        for k, (l, s) in enumerate(zip(r.labels, r.skip)):
+            lab[b, k, :len(l)] = torch.tensor(l); valid[b, k, s:len(l)] = True
+    return {"input_ids": ids.to(device), "attention_mask": am.to(device), "label_ids": lab.to(device),
+            "label_valid": valid.to(device), "prefix_ids": torch.tensor(rows[0].ids[:P], dtype=torch.long).to(device)}
+
+def batches_by_length(lengths:Sequence[int], # token length of each row
+                      batch_size:int=16, # rows per batch at most
+                      max_batch_tokens:int|None=None, # padded tokens per batch at most (rows × longest row)
+                     )->list:
+    "Row indices grouped into batches of similar length (longest first, so memory errors show up at once)."
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    out, cur = [], []
+    for i in order:
+        if cur and (len(cur) >= batch_size or (max_batch_tokens and (len(cur) + 1) * lengths[cur[0]] > max_batch_tokens)):
+            out.append(cur); cur = []
+        cur.append(i)
+    if cur: out.append(cur)
+    return out
+
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #f448a1f5
 def _accepts(model)->set:
     try: return set(inspect.signature(model.forward).parameters)
     except (TypeError, ValueError): return set()
@@ -307,57 +363,7 @@ def label_logprobs(model, # a transformers causal LM
         total = total + torch.where(label_valid[:, :, 1:], lp, torch.zeros_like(lp)).sum(-1)
     return total
 
-def pad_token_id(tok, # a tokenizer
-                )->int:
-    "The id used for padding: the tokenizer's pad token, else EOS, else BOS, else 0."
-    for t in (tok.pad_token_id, tok.eos_token_id, tok.bos_token_id):
-        if t is not None: return int(t)
-    return 0
-
-def _common_prefix(seqs:Sequence[Sequence[int]])->int:
-    "Length of the longest common prefix of token lists."
-    if not seqs: return 0
-    n = min(len(x) for x in seqs)
-    first = seqs[0]
-    for i in range(n):
-        t = first[i]
-        if any(x[i] != t for x in seqs): return i
-    return n
-
-def collate(rows:Sequence[EncodedPrompt], # encoded prompts (one batch)
-            pad_id:int=0, # id used for padding (never attended to)
-            device="cpu", # torch device
-            share_prefix:bool=True, # split off the tokens every row starts with (run once for the batch)
-           )->dict:
-    "Tensors for `label_logprobs`: shared prefix, left-padded rest of the prompts, right-padded labels, scored-position mask."
-    import torch
-    B, K = len(rows), len(rows[0].labels)
-    P = min(_common_prefix([r.ids[:r.m] for r in rows]), min(r.m for r in rows) - 1) if share_prefix else 0
-    T, L = max(r.m for r in rows) - P, max(len(l) for r in rows for l in r.labels)
-    ids = torch.full((B, T), pad_id, dtype=torch.long); am = torch.zeros((B, T), dtype=torch.long)
-    lab = torch.full((B, K, L), pad_id, dtype=torch.long); valid = torch.zeros((B, K, L), dtype=torch.bool)
-    for b, r in enumerate(rows):
-        n = r.m - P
-        ids[b, T - n:] = torch.tensor(r.ids[P:r.m]); am[b, T - n:] = 1
-        for k, (l, s) in enumerate(zip(r.labels, r.skip)):
-            lab[b, k, :len(l)] = torch.tensor(l); valid[b, k, s:len(l)] = True
-    return {"input_ids": ids.to(device), "attention_mask": am.to(device), "label_ids": lab.to(device),
-            "label_valid": valid.to(device), "prefix_ids": torch.tensor(rows[0].ids[:P], dtype=torch.long).to(device)}
-
-def batches_by_length(lengths:Sequence[int], # token length of each row
-                      batch_size:int=16, # rows per batch at most
-                      max_batch_tokens:int|None=None, # padded tokens per batch at most (rows × longest row)
-                     )->list:
-    "Row indices grouped into batches of similar length (longest first, so memory errors show up at once)."
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    out, cur = [], []
-    for i in order:
-        if cur and (len(cur) >= batch_size or (max_batch_tokens and (len(cur) + 1) * lengths[cur[0]] > max_batch_tokens)):
-            out.append(cur); cur = []
-        cur.append(i)
-    if cur: out.append(cur)
-    return out
-
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #a49106f9
 def score_encoded(model, # a transformers causal LM
                   rows:Sequence[EncodedPrompt], # encoded prompts
                   *, pad_id:int=0, # padding id
@@ -431,7 +437,18 @@ class _AdapterBackend:
         return [{"lp_pos": float(S[i, 0]), "lp_neg": float(S[i, 1]), "score": float(S[i, 0] - S[i, 1]),
                  "truncated": len(k) < len(t), "n_text_tokens": None, "n_text_tokens_kept": None, "n_prompt_tokens": None,
                  "n_label_tokens_pos": 1, "n_label_tokens_neg": 1, "label_missing": bool(miss[i].any()),
-                 "refusal": ref[i]} for i, (k, t) in enumerate(zip(kept, texts))]
+                 "refusal": ref[i], **self._api_fields(S[i], det, i)} for i, (k, t) in enumerate(zip(kept, texts))]
+    def _api_fields(self, s, det, i)->dict:
+        "How the row was scored: log-probabilities (label mass, whole-token labels) or sampled answers (counts, Wilson interval)."
+        meth = (det.get("method") or [None] * (i + 1))[i] or "logprobs"
+        if meth == "sampled" and (det.get("counts") or [None] * (i + 1))[i]:
+            c = det["counts"][i]; lo, hi = binom_ci(c[0], c[0] + c[1]) if c[0] + c[1] else (np.nan, np.nan)
+            return {"score_method": meth, "label_mass": (c[0] + c[1]) / max(sum(c), 1), "n_samples": int(sum(c)),
+                    "count_pos": int(c[0]), "count_neg": int(c[1]), "prob_lo": float(lo), "prob_hi": float(hi)}
+        top = (det.get("top") or [None] * (i + 1))[i] or []
+        whole = [any(str(t).strip().casefold() == l.strip().casefold() for t, _ in top) for l in self.task.labels]
+        return {"score_method": meth, "label_mass": float(np.exp(s[0]) + np.exp(s[1])) if np.isfinite(s).all() else None,
+                "labels_whole_token": bool(all(whole)) if top else None}
 
 def _backend(lm, task, chat, max_text_tokens, method, share_prefix=True, limiter=None):
     if hf_parts(lm) is not None:
@@ -441,6 +458,7 @@ def _backend(lm, task, chat, max_text_tokens, method, share_prefix=True, limiter
     return _AdapterBackend(lm, task, max_text_tokens, limiter)
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #a0851e34
+_API_FIELDS = ("score_method", "label_mass", "labels_whole_token", "n_samples", "count_pos", "count_neg", "prob_lo", "prob_hi")
 _ROW_FIELDS = ("score", "lp_pos", "lp_neg", "truncated", "n_text_tokens", "n_text_tokens_kept", "n_prompt_tokens",
                "n_label_tokens_pos", "n_label_tokens_neg", "label_missing", "refusal")
 
@@ -564,6 +582,7 @@ def _content_free(session:ModelSession, fph:str, store:ItemStore, inputs:Sequenc
     if s.get("failed_batches"): warnings.warn(f"content-free scoring failed ({s['errors']}); score_cc may be NaN")
     return _mean_logodds(_sigmoid(pd.to_numeric(pd.Series([(r or {}).get("score") for r in recs]), errors="coerce")))
 
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #27671a03
 def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
                   model, # registry name, hub id, folder, .gguf path, TextLM adapter or (model, tokenizer)
                   task="toxicity", # task name, ZeroShotTask, (positive, negative) pair or dict
@@ -622,6 +641,9 @@ def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
     res["prob"] = _sigmoid(res["score"])
     res["scored"] = [r is not None and r.get("outcome") == "scored" for r in recs]
     res["key"] = keys  # the row's item key in the run's store (what `validation` labels and joins on)
+    for f in _API_FIELDS:  # API back-ends only: how each row was scored (see the text)
+        vals = [(r or {}).get(f) for r in recs]
+        if any(v is not None for v in vals): res[f] = vals
     if cf is not None:
         res["score_cc"] = res["score"] - cf
         res["pred_cc"] = _pred(res["score_cc"])
