@@ -14,7 +14,7 @@ from ..stats import bootstrap
 from .zeroshot import EncodedPrompt, resolve_model, hf_parts, score_encoded, pad_token_id
 
 # %% auto #0
-__all__ = ['perturbation_curves', 'aopc_difference', 'lm_margins', 'deletion_curve', 'plot_deletion']
+__all__ = ['perturbation_curves', 'aopc_difference', 'lm_margins', 'deletion_curve', 'plot_deletion', 'compare_baselines']
 
 # %% ../../nbs/22a_toxicity.faithfulness.ipynb #588f6e63
 def _orders(r, n_random:int, seed:int)->list:
@@ -132,3 +132,28 @@ def plot_deletion(curve:StageResult|pd.DataFrame, # output of `deletion_curve` (
         a.set_xlabel(f"share of text tokens {'removed' if m == 'deletion' else 'inserted'}")
         a.set_ylabel(f"margin {'lost' if m == 'deletion' else 'gained'} (predicted label)"); a.legend(fontsize=8); a.set_title(m, fontsize=9)
     return axs[0] if len(axs) == 1 else axs
+
+# %% ../../nbs/22a_toxicity.faithfulness.ipynb #10481826
+def compare_baselines(data, # rows to explain (a DataFrame with a text column, as in `explain_rows`)
+                      model, # as in `explain_rows`
+                      baselines:Sequence[str]=("mean", "zero", "pad", "filler", "uniform", "blur", "expected"), # the candidates
+                      *, rows=None, # as in `explain_rows` (None: all rows of `data`)
+                      n_random:int=3, # random orders per row in the deletion and insertion checks
+                      n_boot:int=1000, # bootstrap resamples of the AOPC differences
+                      seed:int=0, # seeds the random baselines, orders and resamples
+                      **ig_kw, # `explain_rows` options (task, chat, n_steps, refine_to, run, ...)
+                     )->pd.DataFrame:
+    "One row per baseline: how much there is to attribute, convergence, cost, and deletion / insertion faithfulness."
+    from acrb_nb.toxicity.explain import explain_rows
+    out = []
+    for b in baselines:
+        igr = explain_rows(data, model, rows=rows, baseline=b, seed=seed, progress=False, **ig_kw); ig = igr.rows
+        cur = deletion_curve(ig, model, n_random=n_random, seed=seed, modes=("deletion", "insertion"), n_boot=n_boot)
+        gap = (ig["score"] - ig["f_baseline"]).abs()
+        rec = {"baseline": b, "rows": len(ig), "gap_ge_0.5": float((gap >= 0.5).mean()), "median_gap": float(gap.median()),
+               "converged": float(ig["converged"].mean()), "median_rel_err": float(ig["rel_err"].median()),
+               "median_steps": float(ig["n_steps"].median()), "seconds_per_row": igr.summary["seconds_per_row"]}
+        for m, r in cur.summary["difference"].items():
+            rec.update({f"{m}_diff": r["diff"], f"{m}_lo": r["lo"], f"{m}_hi": r["hi"]})
+        out.append(rec)
+    return pd.DataFrame(out)
