@@ -16,7 +16,8 @@ from .providers import (openai_client, genai_client, openai_endpoint, gemini_end
 
 # %% auto #0
 __all__ = ['SMOLLM2_GGUF', 'tiny_tokenizer', 'converted_gguf_dir', 'leading_special_ids', 'context_length', 'HFCausalLM',
-           'tiny_gpt2', 'smollm2_folder', 'smollm2_135m', 'score_from_top_logprobs', 'OpenAIChatLM', 'GeminiLM']
+           'tiny_gpt2', 'smollm2_folder', 'smollm2_135m', 'score_from_top_logprobs', 'OpenAIChatLM', 'label_of_answer',
+           'sampled_label_logprobs', 'GeminiLM']
 
 # %% ../../nbs/05a_adapters.text.ipynb #0cdd29b9
 _TINY_CORPUS = """The quick brown fox jumps over the lazy dog.
@@ -549,9 +550,29 @@ def _gemini_contents(messages)->tuple:
         contents.append({"role": "model" if role == "assistant" else "user", "parts": parts})
     return ("\n\n".join(system) or None), contents
 
+# %% ../../nbs/05a_adapters.text.ipynb #5fb005de
+def label_of_answer(text:str|None, # a sampled answer
+                    continuations:Sequence[str], # the labels
+                    case_sensitive:bool=False, # compare case-sensitively
+                   )->int|None:
+    "Index of the longest label the answer starts with (after whitespace and quotes), else None."
+    a = _norm_label(str(text or "").lstrip(" \t\n\"'*`"), case_sensitive)
+    hits = [(len(l), k) for k, c in enumerate(continuations) if (l := _norm_label(c, case_sensitive)) and a.startswith(l)]
+    return max(hits)[1] if hits else None
+
+def sampled_label_logprobs(answers:Sequence[str], # sampled answers to one prompt
+                           continuations:Sequence[str], # the labels
+                           case_sensitive:bool=False, # compare case-sensitively
+                          )->tuple:
+    "(smoothed log-frequencies [C], counts [C + 1]: per label, then answers naming none)."
+    ix = [label_of_answer(a, continuations, case_sensitive) for a in answers]
+    c = np.array([sum(i == k for i in ix) for k in range(len(continuations))] + [sum(i is None for i in ix)])
+    m = c[:-1].sum()
+    return np.log((c[:-1] + 0.5) / (m + 0.5 * len(continuations))), c.tolist()
+
 # %% ../../nbs/05a_adapters.text.ipynb #5bab0962
 class GeminiLM(TextLM):
-    "Gemini `generate_content`: chat, and first-token top-k label scoring where the API returns logprobs."
+    "Gemini `generate_content`: chat, and label scoring from first-token top-k logprobs (sampled answers where there are none)."
     def __init__(self, model:str="gemini-2.5-flash", # Gemini model id
                  *, base_url:str|None=None, # API base URL (None: the SDK default)
                  timeout:float=60.0, # seconds per request
@@ -561,7 +582,7 @@ class GeminiLM(TextLM):
                 ):
         self.model, self.base_url, self.timeout, self.top_logprobs = model, base_url, timeout, int(top_logprobs)
         self.thinking_budget, self.system_prompt = thinking_budget, system_prompt
-        self._client, self._lock = None, threading.Lock()
+        self._client, self._lock, self._no_logprobs = None, threading.Lock(), False
 
     @property
     def client(self):
@@ -590,43 +611,62 @@ class GeminiLM(TextLM):
                 "refusal": refusal, "refusal_code": code, "usage": gemini_usage(r),
                 "raw": {"model_version": getattr(r, "model_version", None), "response_id": getattr(r, "response_id", None)}}
 
-    def score(self, prompts:Sequence, # strings or message lists
-              continuations:Sequence[str], # single-token labels
-              *, floor:float|None=None, # value for labels missing from the top-k (None: an upper bound; see `score_from_top_logprobs`)
-              match:str="exact", # 'exact' or 'prefix' label matching
-              case_sensitive:bool=True, # compare labels case-sensitively
-              seed:int|None=0, # request seed
-              return_details:bool=False, # also return {'missing', 'ambiguous', 'refusal', 'top'}
-             ):
-        "First-token log P of each single-token label, from Gemini `logprobs_result` (an approximation: see the text)."
-        if isinstance(prompts, str) or isinstance(continuations, str):
-            raise TypeError("prompts and continuations must be lists (wrap a single string in a list)")
-        P, C = len(prompts), len(continuations)
-        S, miss, amb = np.full((P, C), np.nan), np.zeros((P, C), bool), np.zeros((P, C), bool)
-        refusals, tops = [None] * P, [None] * P
-        for i, p in enumerate(prompts):
-            system, contents = _gemini_contents(p)
-            r = self.client.models.generate_content(model=self.model, contents=contents, config=self._config(
-                system, temperature=0, max_output_tokens=1, seed=seed, response_logprobs=True, logprobs=self.top_logprobs))
-            refusal, _ = gemini_refusal(r)
-            if refusal: refusals[i] = refusal; continue
-            lr = r.candidates[0].logprobs_result
-            if lr is None or not lr.top_candidates:
-                raise NotImplementedError(f"Gemini model '{self.model}' returned no logprobs_result although "
-                                          "response_logprobs=True was set: this model / API version does not expose "
-                                          "log-probabilities. Use chat() with a parsed answer, or score with an HFCausalLM.")
-            tops[i] = [(c.token, c.log_probability) for c in (lr.top_candidates[0].candidates or [])]
-            S[i], miss[i], amb[i] = score_from_top_logprobs(tops[i], continuations, floor=floor, match=match,
-                                                             case_sensitive=case_sensitive)
-        return (S, {"missing": miss, "ambiguous": amb, "refusal": refusals, "top": tops}) if return_details else S
-
     def describe(self)->dict:
         "Provider, model, endpoint and scoring settings (never the key)."
         return {"name": self.name, "backend": "google-genai", "model_id": self.model,
                 "base_url": gemini_endpoint(self.base_url),
                 "top_logprobs": self.top_logprobs, "thinking_budget": self.thinking_budget,
                 "system_prompt_sha256": sha256_hex(self.system_prompt) if self.system_prompt else None,
-                "score_method": "first-token logprobs_result.top_candidates"}
+                "score_method": "first-token logprobs_result.top_candidates; sampled-answer frequencies without logprobs"}
+
+# %% ../../nbs/05a_adapters.text.ipynb #c0612f30
+@patch
+def score(self:GeminiLM, prompts:Sequence, # strings or message lists
+          continuations:Sequence[str], # single-token labels
+          *, floor:float|None=None, # value for labels missing from the top-k (None: an upper bound; see `score_from_top_logprobs`)
+          match:str="exact", # 'exact' or 'prefix' label matching
+          case_sensitive:bool=True, # compare labels case-sensitively
+          seed:int|None=0, # request seed (sampled answers use seed, seed + 1, ...)
+          return_details:bool=False, # also return {'missing', 'ambiguous', 'refusal', 'top', 'method', 'counts'}
+          no_logprobs:str="sample", # a model without log-probabilities: "sample" (see `sampled_label_logprobs`) or "raise"
+          n_samples:int=20, # answers sampled per prompt by the "sample" fallback
+         ):
+    "First-token log P of each single-token label from Gemini `logprobs_result`; label frequencies of sampled answers where the model has none."
+    if isinstance(prompts, str) or isinstance(continuations, str):
+        raise TypeError("prompts and continuations must be lists (wrap a single string in a list)")
+    if no_logprobs not in ("sample", "raise"): raise ValueError(f"no_logprobs must be 'sample' or 'raise', got {no_logprobs!r}")
+    P, C = len(prompts), len(continuations)
+    S, miss, amb = np.full((P, C), np.nan), np.zeros((P, C), bool), np.zeros((P, C), bool)
+    refusals, tops, method, counts = [None] * P, [None] * P, [None] * P, [None] * P
+    for i, p in enumerate(prompts):
+        system, contents = _gemini_contents(p)
+        if not self._no_logprobs:
+            try: r = self.client.models.generate_content(model=self.model, contents=contents, config=self._config(
+                system, temperature=0, max_output_tokens=1, seed=seed, response_logprobs=True, logprobs=self.top_logprobs))
+            except Exception as e:  # the API answers 400 "logprobs is not supported" for some models
+                if no_logprobs == "raise" or getattr(e, "code", None) != 400 or "logprob" not in str(e).lower(): raise
+                r = None
+            lr = r.candidates[0].logprobs_result if r is not None and r.candidates else None
+            if r is not None and gemini_refusal(r)[0]: refusals[i], method[i] = gemini_refusal(r)[0], "logprobs"; continue
+            if lr is not None and lr.top_candidates:
+                tops[i] = [(c.token, c.log_probability) for c in (lr.top_candidates[0].candidates or [])]
+                S[i], miss[i], amb[i] = score_from_top_logprobs(tops[i], continuations, floor=floor, match=match,
+                                                                 case_sensitive=case_sensitive)
+                method[i] = "logprobs"; continue
+            if no_logprobs == "raise":
+                raise NotImplementedError(f"Gemini model '{self.model}' returned no logprobs_result although "
+                                          "response_logprobs=True was set: this model / API version does not expose "
+                                          "log-probabilities. Use no_logprobs='sample', chat() with a parsed answer, or an HFCausalLM.")
+            self._no_logprobs = True  # do not ask this model for log-probabilities again
+        answers = [self.chat(p, temperature=1.0, max_tokens=16, seed=None if seed is None else seed + j) for j in range(n_samples)]
+        if all(a["refusal"] for a in answers): refusals[i], method[i] = answers[0]["refusal"], "sampled"; continue
+        S[i], counts[i] = sampled_label_logprobs([a["text"] for a in answers if not a["refusal"]], continuations,
+                                                 case_sensitive=case_sensitive)
+        miss[i], method[i] = S[i] == -np.inf, "sampled"
+    det = {"missing": miss, "ambiguous": amb, "refusal": refusals, "top": tops, "method": method, "counts": counts}
+    return (S, det) if return_details else S
+
+patched_interface(GeminiLM)  # `score` was added by @patch after the class was made
 
 # %% ../../nbs/05a_adapters.text.ipynb #46dcdca3
 for _m in ("gpt-4o-mini", "gpt-4o", "gpt-4.1-mini", "gpt-4.1"):

@@ -9,18 +9,19 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
+from fastcore.basics import patch
 from ..core import item_key, rng as _rng, sha256_hex
 from ..store import ItemStore, Run
 from ..runner import RetryPolicy, RateLimiter, StageResult, store_for
+from ..stats import binom_ci
 from ..adapters.base import TextLM
 from ..adapters.text import leading_special_ids, context_length
 from ..execution import Execution, AdapterRef, ModelSession
 
 # %% auto #0
 __all__ = ['TASKS', 'CONTENT_FREE', 'ZeroShotTask', 'get_task', 'model_ref', 'resolve_model', 'hf_parts', 'EncodedPrompt',
-           'PromptEncoder', 'label_logprobs', 'pad_token_id', 'collate', 'batches_by_length', 'score_encoded',
-           'model_fingerprint', 'expand_batch_rows', 'content_free_score', 'score_dataset', 'choose_threshold',
-           'calibration_report', 'plot_scores']
+           'PromptEncoder', 'pad_token_id', 'collate', 'batches_by_length', 'label_logprobs', 'score_encoded',
+           'model_fingerprint', 'expand_batch_rows', 'content_free_score', 'score_dataset']
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #723bfdd7
 _INSTRUCTION = "Decide if the following text is {positive} or {negative}. Answer with a single word."
@@ -35,6 +36,7 @@ class ZeroShotTask:
     plain_template: str = "{instruction}\nText: {text}\nLabel:" # whole prompt for models without a chat template
     user_template: str = "{instruction}\n\nText: {text}" # user turn for chat models (the answer opens the assistant turn)
     system: str|None = None # system message for chat models (None: no system message, i.e. the template's default)
+    examples: tuple = () # in-context examples ((text, 1 or 0), ...): asked and answered before the text
 
     def __post_init__(self):
         for f in ("positive", "negative"):
@@ -46,6 +48,10 @@ class ZeroShotTask:
             t = getattr(self, f)
             if t.count("{text}") != 1:
                 raise ValueError(f"ZeroShotTask.{f} must contain '{{text}}' exactly once, got {t!r}")
+        try: ex = tuple((str(t), int(y)) for t, y in self.examples)
+        except (TypeError, ValueError): raise ValueError(f"ZeroShotTask.examples must be (text, 1 or 0) pairs, got {self.examples!r}")
+        if any(y not in (0, 1) for _, y in ex): raise ValueError(f"example labels must be 1 (positive) or 0, got {ex!r}")
+        object.__setattr__(self, "examples", ex)
 
     @property
     def labels(self)->tuple: return (self.positive, self.negative)
@@ -53,13 +59,22 @@ class ZeroShotTask:
         ins = self.instruction.replace("{positive}", self.positive).replace("{negative}", self.negative)
         return template.replace("{instruction}", ins).replace("{text}", text)
     def plain_prompt(self, text:str)->str:
-        "The whole prompt for a model without a chat template."
-        return self._fill(self.plain_template, text)
+        "The whole prompt for a model without a chat template (examples first, each followed by its label)."
+        sep = "" if self.plain_template[-1:].isspace() else " "
+        shots = "".join(self._fill(self.plain_template, t) + sep + self.labels[1 - y] + "\n\n" for t, y in self.examples)
+        return shots + self._fill(self.plain_template, text)
     def messages(self, text:str)->list:
-        "The chat messages for a chat model (system message first when set)."
+        "The chat messages for a chat model (system message first when set; each example a user turn and its answer)."
         sys_ = [{"role": "system", "content": self.system}] if self.system else []
-        return [*sys_, {"role": "user", "content": self._fill(self.user_template, text)}]
-    def to_dict(self)->dict: return dataclasses.asdict(self)
+        shots = [m for t, y in self.examples for m in ({"role": "user", "content": self._fill(self.user_template, t)},
+                                                        {"role": "assistant", "content": self.labels[1 - y]})]
+        return [*sys_, *shots, {"role": "user", "content": self._fill(self.user_template, text)}]
+    def to_dict(self)->dict:
+        "The task as plain data (no `examples` entry when there are none, so zero-shot run keys are unchanged)."
+        d = dataclasses.asdict(self)
+        if self.examples: d["examples"] = [list(e) for e in self.examples]
+        else: d.pop("examples")
+        return d
 
 TASKS = {"toxicity": ZeroShotTask("toxicity", "toxic", "non-toxic"),
          "hate": ZeroShotTask("hate", "hateful", "not hateful"),
@@ -180,50 +195,104 @@ class PromptEncoder:
             out.append(cut); info.append((len(ids), b, True))
         return out, info
 
-    def encode(self, texts:Sequence[str], # texts to classify
-              )->list:
-        "One `EncodedPrompt` per text."
-        texts = ["" if t is None else str(t) for t in texts]
-        if not texts: return []
-        budgets = [self._budget()] * len(texts)
-        kept, info = self._cut(texts, budgets)
-        for _ in range(8):  # re-check on the whole prompt (joint tokenization can differ at the edges)
-            prompts = [self.render(k) for k in kept]
-            enc = self.tok(prompts, add_special_tokens=False, return_offsets_mapping=getattr(self.tok, "is_fast", False))
-            over = [i for i, ids in enumerate(enc["input_ids"]) if self.context is not None and
-                    len(self.lead) + len(ids) + self._max_label > self.context]
-            if not over: break
-            for i in over: budgets[i] = info[i][1] - (len(self.lead) + len(enc["input_ids"][i]) + self._max_label - self.context)
-            sub, sub_info = self._cut([texts[i] for i in over], [budgets[i] for i in over])
-            for i, k, inf in zip(over, sub, sub_info): kept[i], info[i] = k, inf
-        else: raise RuntimeError("could not fit the prompt into the context after 8 truncation rounds; report this text")
-        joint = self.tok([p + l for p in prompts for l in self.label_texts], add_special_tokens=False)["input_ids"]
-        K, out = len(self.label_texts), []
-        for i, p in enumerate(prompts):
-            ids = self.lead + list(enc["input_ids"][i])
-            offs = [(0, 0)] * len(self.lead) + ([tuple(o) for o in enc["offset_mapping"][i]] if "offset_mapping" in enc
-                                               else [(0, 0)] * len(enc["input_ids"][i]))
-            js = [self.lead + list(joint[i * K + j]) for j in range(K)]
-            ns = []
-            for j, jt in enumerate(js):
-                n = 0
-                while n < min(len(ids), len(jt)) and ids[n] == jt[n]: n += 1
-                if n == len(jt): raise ValueError(f"label {self.label_texts[j]!r} adds no tokens after the prompt")
-                ns.append(n)
-            m = min(ns)
-            if m == 0: raise ValueError("the prompt is empty after tokenization; give a non-empty template")
-            a, b = len(self.head), len(self.head) + len(kept[i])
-            if "offset_mapping" in enc:
-                inside = [k for k, (s, e) in enumerate(offs) if e > a and s < b and e > s]
-                span = (inside[0], inside[-1] + 1) if inside else (len(ids), len(ids))
-            else:
-                h = len(self.lead) + len(self.tok(self.head, add_special_tokens=False)["input_ids"])
-                span = (h, len(ids) - len(self.tok(self.tail, add_special_tokens=False)["input_ids"]))
-            out.append(EncodedPrompt(kept[i], p, ids, offs, span, m, [jt[m:] for jt in js], [n - m for n in ns],
-                                     info[i][0], info[i][1], info[i][2]))
-        return out
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #9cd7134f
+@patch
+def encode(self:PromptEncoder, texts:Sequence[str], # texts to classify
+          )->list:
+    "One `EncodedPrompt` per text."
+    texts = ["" if t is None else str(t) for t in texts]
+    if not texts: return []
+    budgets = [self._budget()] * len(texts)
+    kept, info = self._cut(texts, budgets)
+    for _ in range(8):  # re-check on the whole prompt (joint tokenization can differ at the edges)
+        prompts = [self.render(k) for k in kept]
+        enc = self.tok(prompts, add_special_tokens=False, return_offsets_mapping=getattr(self.tok, "is_fast", False))
+        over = [i for i, ids in enumerate(enc["input_ids"]) if self.context is not None and
+                len(self.lead) + len(ids) + self._max_label > self.context]
+        if not over: break
+        for i in over: budgets[i] = info[i][1] - (len(self.lead) + len(enc["input_ids"][i]) + self._max_label - self.context)
+        sub, sub_info = self._cut([texts[i] for i in over], [budgets[i] for i in over])
+        for i, k, inf in zip(over, sub, sub_info): kept[i], info[i] = k, inf
+    else: raise RuntimeError("could not fit the prompt into the context after 8 truncation rounds; report this text")
+    joint = self.tok([p + l for p in prompts for l in self.label_texts], add_special_tokens=False)["input_ids"]
+    K, out = len(self.label_texts), []
+    for i, p in enumerate(prompts):
+        ids = self.lead + list(enc["input_ids"][i])
+        offs = [(0, 0)] * len(self.lead) + ([tuple(o) for o in enc["offset_mapping"][i]] if "offset_mapping" in enc
+                                           else [(0, 0)] * len(enc["input_ids"][i]))
+        js = [self.lead + list(joint[i * K + j]) for j in range(K)]
+        ns = []
+        for j, jt in enumerate(js):
+            n = 0
+            while n < min(len(ids), len(jt)) and ids[n] == jt[n]: n += 1
+            if n == len(jt): raise ValueError(f"label {self.label_texts[j]!r} adds no tokens after the prompt")
+            ns.append(n)
+        m = min(ns)
+        if m == 0: raise ValueError("the prompt is empty after tokenization; give a non-empty template")
+        a, b = len(self.head), len(self.head) + len(kept[i])
+        if "offset_mapping" in enc:
+            inside = [k for k, (s, e) in enumerate(offs) if e > a and s < b and e > s]
+            span = (inside[0], inside[-1] + 1) if inside else (len(ids), len(ids))
+        else:
+            h = len(self.lead) + len(self.tok(self.head, add_special_tokens=False)["input_ids"])
+            span = (h, len(ids) - len(self.tok(self.tail, add_special_tokens=False)["input_ids"]))
+        out.append(EncodedPrompt(kept[i], p, ids, offs, span, m, [jt[m:] for jt in js], [n - m for n in ns],
+                                 info[i][0], info[i][1], info[i][2]))
+    return out
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #bd29c45f
+def pad_token_id(tok, # a tokenizer
+                )->int:
+    "The id used for padding: the tokenizer's pad token, else EOS, else BOS, else 0."
+    for t in (tok.pad_token_id, tok.eos_token_id, tok.bos_token_id):
+        if t is not None: return int(t)
+    return 0
+
+def _common_prefix(seqs:Sequence[Sequence[int]])->int:
+    "Length of the longest common prefix of token lists."
+    if not seqs: return 0
+    n = min(len(x) for x in seqs)
+    first = seqs[0]
+    for i in range(n):
+        t = first[i]
+        if any(x[i] != t for x in seqs): return i
+    return n
+
+def collate(rows:Sequence[EncodedPrompt], # encoded prompts (one batch)
+            pad_id:int=0, # id used for padding (never attended to)
+            device="cpu", # torch device
+            share_prefix:bool=True, # split off the tokens every row starts with (run once for the batch)
+           )->dict:
+    "Tensors for `label_logprobs`: shared prefix, left-padded rest of the prompts, right-padded labels, scored-position mask."
+    import torch
+    B, K = len(rows), len(rows[0].labels)
+    P = min(_common_prefix([r.ids[:r.m] for r in rows]), min(r.m for r in rows) - 1) if share_prefix else 0
+    T, L = max(r.m for r in rows) - P, max(len(l) for r in rows for l in r.labels)
+    ids = torch.full((B, T), pad_id, dtype=torch.long); am = torch.zeros((B, T), dtype=torch.long)
+    lab = torch.full((B, K, L), pad_id, dtype=torch.long); valid = torch.zeros((B, K, L), dtype=torch.bool)
+    for b, r in enumerate(rows):
+        n = r.m - P
+        ids[b, T - n:] = torch.tensor(r.ids[P:r.m]); am[b, T - n:] = 1
+        for k, (l, s) in enumerate(zip(r.labels, r.skip)):
+            lab[b, k, :len(l)] = torch.tensor(l); valid[b, k, s:len(l)] = True
+    return {"input_ids": ids.to(device), "attention_mask": am.to(device), "label_ids": lab.to(device),
+            "label_valid": valid.to(device), "prefix_ids": torch.tensor(rows[0].ids[:P], dtype=torch.long).to(device)}
+
+def batches_by_length(lengths:Sequence[int], # token length of each row
+                      batch_size:int=16, # rows per batch at most
+                      max_batch_tokens:int|None=None, # padded tokens per batch at most (rows × longest row)
+                     )->list:
+    "Row indices grouped into batches of similar length (longest first, so memory errors show up at once)."
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    out, cur = [], []
+    for i in order:
+        if cur and (len(cur) >= batch_size or (max_batch_tokens and (len(cur) + 1) * lengths[cur[0]] > max_batch_tokens)):
+            out.append(cur); cur = []
+        cur.append(i)
+    if cur: out.append(cur)
+    return out
+
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #f448a1f5
 def _accepts(model)->set:
     try: return set(inspect.signature(model.forward).parameters)
     except (TypeError, ValueError): return set()
@@ -294,57 +363,7 @@ def label_logprobs(model, # a transformers causal LM
         total = total + torch.where(label_valid[:, :, 1:], lp, torch.zeros_like(lp)).sum(-1)
     return total
 
-def pad_token_id(tok, # a tokenizer
-                )->int:
-    "The id used for padding: the tokenizer's pad token, else EOS, else BOS, else 0."
-    for t in (tok.pad_token_id, tok.eos_token_id, tok.bos_token_id):
-        if t is not None: return int(t)
-    return 0
-
-def _common_prefix(seqs:Sequence[Sequence[int]])->int:
-    "Length of the longest common prefix of token lists."
-    if not seqs: return 0
-    n = min(len(x) for x in seqs)
-    first = seqs[0]
-    for i in range(n):
-        t = first[i]
-        if any(x[i] != t for x in seqs): return i
-    return n
-
-def collate(rows:Sequence[EncodedPrompt], # encoded prompts (one batch)
-            pad_id:int=0, # id used for padding (never attended to)
-            device="cpu", # torch device
-            share_prefix:bool=True, # split off the tokens every row starts with (run once for the batch)
-           )->dict:
-    "Tensors for `label_logprobs`: shared prefix, left-padded rest of the prompts, right-padded labels, scored-position mask."
-    import torch
-    B, K = len(rows), len(rows[0].labels)
-    P = min(_common_prefix([r.ids[:r.m] for r in rows]), min(r.m for r in rows) - 1) if share_prefix else 0
-    T, L = max(r.m for r in rows) - P, max(len(l) for r in rows for l in r.labels)
-    ids = torch.full((B, T), pad_id, dtype=torch.long); am = torch.zeros((B, T), dtype=torch.long)
-    lab = torch.full((B, K, L), pad_id, dtype=torch.long); valid = torch.zeros((B, K, L), dtype=torch.bool)
-    for b, r in enumerate(rows):
-        n = r.m - P
-        ids[b, T - n:] = torch.tensor(r.ids[P:r.m]); am[b, T - n:] = 1
-        for k, (l, s) in enumerate(zip(r.labels, r.skip)):
-            lab[b, k, :len(l)] = torch.tensor(l); valid[b, k, s:len(l)] = True
-    return {"input_ids": ids.to(device), "attention_mask": am.to(device), "label_ids": lab.to(device),
-            "label_valid": valid.to(device), "prefix_ids": torch.tensor(rows[0].ids[:P], dtype=torch.long).to(device)}
-
-def batches_by_length(lengths:Sequence[int], # token length of each row
-                      batch_size:int=16, # rows per batch at most
-                      max_batch_tokens:int|None=None, # padded tokens per batch at most (rows × longest row)
-                     )->list:
-    "Row indices grouped into batches of similar length (longest first, so memory errors show up at once)."
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    out, cur = [], []
-    for i in order:
-        if cur and (len(cur) >= batch_size or (max_batch_tokens and (len(cur) + 1) * lengths[cur[0]] > max_batch_tokens)):
-            out.append(cur); cur = []
-        cur.append(i)
-    if cur: out.append(cur)
-    return out
-
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #a49106f9
 def score_encoded(model, # a transformers causal LM
                   rows:Sequence[EncodedPrompt], # encoded prompts
                   *, pad_id:int=0, # padding id
@@ -418,7 +437,18 @@ class _AdapterBackend:
         return [{"lp_pos": float(S[i, 0]), "lp_neg": float(S[i, 1]), "score": float(S[i, 0] - S[i, 1]),
                  "truncated": len(k) < len(t), "n_text_tokens": None, "n_text_tokens_kept": None, "n_prompt_tokens": None,
                  "n_label_tokens_pos": 1, "n_label_tokens_neg": 1, "label_missing": bool(miss[i].any()),
-                 "refusal": ref[i]} for i, (k, t) in enumerate(zip(kept, texts))]
+                 "refusal": ref[i], **self._api_fields(S[i], det, i)} for i, (k, t) in enumerate(zip(kept, texts))]
+    def _api_fields(self, s, det, i)->dict:
+        "How the row was scored: log-probabilities (label mass, whole-token labels) or sampled answers (counts, Wilson interval)."
+        meth = (det.get("method") or [None] * (i + 1))[i] or "logprobs"
+        if meth == "sampled" and (det.get("counts") or [None] * (i + 1))[i]:
+            c = det["counts"][i]; lo, hi = binom_ci(c[0], c[0] + c[1]) if c[0] + c[1] else (np.nan, np.nan)
+            return {"score_method": meth, "label_mass": (c[0] + c[1]) / max(sum(c), 1), "n_samples": int(sum(c)),
+                    "count_pos": int(c[0]), "count_neg": int(c[1]), "prob_lo": float(lo), "prob_hi": float(hi)}
+        top = (det.get("top") or [None] * (i + 1))[i] or []
+        whole = [any(str(t).strip().casefold() == l.strip().casefold() for t, _ in top) for l in self.task.labels]
+        return {"score_method": meth, "label_mass": float(np.exp(s[0]) + np.exp(s[1])) if np.isfinite(s).all() else None,
+                "labels_whole_token": bool(all(whole)) if top else None}
 
 def _backend(lm, task, chat, max_text_tokens, method, share_prefix=True, limiter=None):
     if hf_parts(lm) is not None:
@@ -428,6 +458,7 @@ def _backend(lm, task, chat, max_text_tokens, method, share_prefix=True, limiter
     return _AdapterBackend(lm, task, max_text_tokens, limiter)
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #a0851e34
+_API_FIELDS = ("score_method", "label_mass", "labels_whole_token", "n_samples", "count_pos", "count_neg", "prob_lo", "prob_hi")
 _ROW_FIELDS = ("score", "lp_pos", "lp_neg", "truncated", "n_text_tokens", "n_text_tokens_kept", "n_prompt_tokens",
                "n_label_tokens_pos", "n_label_tokens_neg", "label_missing", "refusal")
 
@@ -551,6 +582,7 @@ def _content_free(session:ModelSession, fph:str, store:ItemStore, inputs:Sequenc
     if s.get("failed_batches"): warnings.warn(f"content-free scoring failed ({s['errors']}); score_cc may be NaN")
     return _mean_logodds(_sigmoid(pd.to_numeric(pd.Series([(r or {}).get("score") for r in recs]), errors="coerce")))
 
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #27671a03
 def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
                   model, # registry name, hub id, folder, .gguf path, TextLM adapter or (model, tokenizer)
                   task="toxicity", # task name, ZeroShotTask, (positive, negative) pair or dict
@@ -608,6 +640,10 @@ def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
     res.insert(1, "pred", _pred(res["score"]))
     res["prob"] = _sigmoid(res["score"])
     res["scored"] = [r is not None and r.get("outcome") == "scored" for r in recs]
+    res["key"] = keys  # the row's item key in the run's store (what `validation` labels and joins on)
+    for f in _API_FIELDS:  # API back-ends only: how each row was scored (see the text)
+        vals = [(r or {}).get(f) for r in recs]
+        if any(v is not None for v in vals): res[f] = vals
     if cf is not None:
         res["score_cc"] = res["score"] - cf
         res["pred_cc"] = _pred(res["score_cc"])
@@ -623,97 +659,3 @@ def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
     if out is not None:
         out = Path(out); out.parent.mkdir(parents=True, exist_ok=True); res.to_parquet(out, index=False)
     return StageResult(res, summary, fp)
-
-# %% ../../nbs/21_toxicity.zeroshot.ipynb #fab2b98b
-def choose_threshold(y_true, # binary labels
-                     score, # scores (higher = more likely positive)
-                     method:str="youden", # "youden" (max TPR − FPR) or "accuracy"
-                    )->float:
-    "The threshold `t` (predict 1 when score > t) that maximises Youden's J or accuracy on labelled data."
-    y, s = np.asarray(y_true).astype(int), np.asarray(score, float)
-    ok = np.isfinite(s); y, s = y[ok], s[ok]
-    if len(s) == 0 or y.min() == y.max():
-        raise ValueError("choose_threshold needs finite scores and both classes in the labelled split")
-    if method not in ("youden", "accuracy"): raise ValueError(f"method must be 'youden' or 'accuracy', got {method!r}")
-    o = np.argsort(s, kind="mergesort"); s, y = s[o], y[o]
-    n, P = len(s), int(y.sum()); N = n - P
-    cum = np.concatenate([[0], np.cumsum(y)])  # positives among the i lowest scores
-    i = np.arange(n + 1)
-    cand = (i == 0) | (i == n) | np.concatenate([[True], s[1:] > s[:-1], [True]])  # cut between distinct values
-    tp = P - cum; fp = (n - i) - tp
-    obj = tp / P - fp / N if method == "youden" else (tp + N - fp) / n
-    obj = np.where(cand, obj, -np.inf)
-    best = np.flatnonzero(obj == obj.max())
-    k = best[np.argmin(np.abs(best - np.searchsorted(s, 0.0)))]  # among ties, the cut nearest to 0
-    if k == 0: return float(s[0] - 1.0)
-    if k == n: return float(s[-1] + 1.0)
-    return float((s[k - 1] + s[k]) / 2)
-
-def _binary_metrics(y, yhat, s)->dict:
-    y, yhat = np.asarray(y, int), np.asarray(yhat, int)
-    tp, fp = int(((yhat == 1) & (y == 1)).sum()), int(((yhat == 1) & (y == 0)).sum())
-    fn, tn = int(((yhat == 0) & (y == 1)).sum()), int(((yhat == 0) & (y == 0)).sum())
-    tpr = tp / (tp + fn) if tp + fn else np.nan; fpr = fp / (fp + tn) if fp + tn else np.nan
-    prec = tp / (tp + fp) if tp + fp else np.nan
-    f1 = 2 * prec * tpr / (prec + tpr) if tp else 0.0
-    return {"n": len(y), "accuracy": (tp + tn) / len(y), "balanced_accuracy": np.nanmean([tpr, 1 - fpr]),
-            "f1": f1, "tpr": tpr, "fpr": fpr, "pos_rate": (tp + fp) / len(y)}
-
-def _auc(y, s)->float:
-    y, s = np.asarray(y, int), np.asarray(s, float)
-    if y.min() == y.max(): return np.nan
-    r = pd.Series(s).rank().to_numpy(); P = y.sum(); N = len(y) - P
-    return float((r[y == 1].sum() - P * (P + 1) / 2) / (P * N))
-
-def calibration_report(preds:StageResult|pd.DataFrame, # output of `score_dataset` (or its rows), with a label column
-                       label_col:str="label", # gold labels (0/1)
-                       *, cal_frac:float=0.5, # share of rows (stratified) used to choose the threshold
-                       method:str="youden", # threshold criterion (see `choose_threshold`)
-                       seed:int=0, # seeds the calibration/evaluation split
-                       content_free:float|None=None, # content-free log-odds (default: the `score_dataset` summary's `content_free_score`)
-                      )->pd.DataFrame:
-    "Accuracy, balanced accuracy, F1, TPR/FPR and AUC on held-out rows for `score > 0`, a chosen threshold, contextual calibration and the majority baseline."
-    cf = preds.summary.get("content_free_score") if isinstance(preds, StageResult) else None
-    if content_free is not None: cf = content_free
-    if isinstance(preds, StageResult): preds = preds.rows
-    if label_col not in preds.columns: raise ValueError(f"no label column {label_col!r}; columns are {list(preds.columns)}")
-    d = preds[preds["score"].notna() & preds[label_col].notna()]
-    y, s = d[label_col].astype(float).round().astype(int).to_numpy(), d["score"].to_numpy(float)
-    gen = _rng(seed, "toxicity", "calibration-split")
-    cal = np.zeros(len(y), bool)
-    for c in (0, 1):
-        idx = np.flatnonzero(y == c); gen.shuffle(idx); cal[idx[:int(round(cal_frac * len(idx)))]] = True
-    ev = ~cal if cal.any() else np.ones(len(y), bool)
-    rules = [("score > 0", 0.0)]
-    if cal.any(): rules.append((f"score > t ({method}, calibration split)", choose_threshold(y[cal], s[cal], method)))
-    if cf is not None and np.isfinite(cf): rules.append(("contextual: score > score(content-free)", float(cf)))
-    auc = _auc(y[ev], s[ev])
-    out = [{"rule": r, "threshold": t, **_binary_metrics(y[ev], s[ev] > t, s[ev]), "auc": auc} for r, t in rules]
-    maj = int(y[cal].mean() >= 0.5) if cal.any() else int(y.mean() >= 0.5)
-    out.append({"rule": f"majority baseline (always {maj})", "threshold": np.nan,
-                **_binary_metrics(y[ev], np.full(ev.sum(), maj), None), "auc": 0.5})
-    return pd.DataFrame(out)
-
-# %% ../../nbs/21_toxicity.zeroshot.ipynb #c0929757
-def plot_scores(preds:StageResult|pd.DataFrame, # output of `score_dataset` (or its rows: then the labels are not named)
-                label_col:str|None="label", # gold label column (None: one histogram)
-                report:pd.DataFrame|None=None, # a `calibration_report` whose thresholds are drawn
-                ax=None, # matplotlib axes
-                bins:int=30, # histogram bins
-               ):
-    "Histogram of scores per gold label with the decision thresholds."
-    import matplotlib.pyplot as plt
-    labels = preds.summary.get("labels", ["positive", "negative"]) if isinstance(preds, StageResult) else ["positive", "negative"]
-    if isinstance(preds, StageResult): preds = preds.rows
-    ax = ax or plt.subplots(figsize=(6, 3.2))[1]
-    s = preds["score"].astype(float)
-    edges = np.histogram_bin_edges(s.dropna(), bins=bins)
-    if label_col and label_col in preds:
-        for v, c in ((0, "tab:blue"), (1, "tab:red")):
-            ax.hist(s[preds[label_col] == v].dropna(), bins=edges, alpha=.55, color=c, label=f"{label_col} = {v}")
-    else: ax.hist(s.dropna(), bins=edges, color="grey")
-    thr = report if report is not None else pd.DataFrame({"rule": ["score > 0"], "threshold": [0.0]})
-    for (_, r), ls in zip(thr.dropna(subset=["threshold"]).iterrows(), ("-", "--", ":", "-.")):
-        ax.axvline(r["threshold"], color="k", ls=ls, lw=1, label=r["rule"])
-    ax.set_xlabel(f"score = log P({labels[0]}) − log P({labels[1]})"); ax.set_ylabel("rows"); ax.legend(fontsize=7)
-    return ax
