@@ -117,6 +117,7 @@ def stage2_work(model:ImageGenerator|ImageEditor, # the loaded adapter (in this 
         return rec
     return work
 
+# %% ../../nbs/11_acrb.generate.ipynb #2798b694
 def _with_source_bytes(it:dict)->dict:
     "An I2I item as sent to a Ray worker: with the source image's bytes, checked against its recorded SHA-256."
     if it["mode"] != "i2i": return it
@@ -135,6 +136,7 @@ def _check_model(model, modes):
             what = f"AdapterRef of kind {model.kind!r}" if isinstance(model, AdapterRef) else type(model).__name__
             raise TypeError(f"{m.upper()} items need an {cls.__name__}; {what} is not one (see {reg}.names())")
 
+# %% ../../nbs/11_acrb.generate.ipynb #f4dd99cc
 def generate(run:Run|ItemStore, # where records go
              model:ImageGenerator|ImageEditor|AdapterRef, # the adapter under audit, or its registry name as an AdapterRef (needed for Ray)
              items:Sequence[dict], # from `t2i_items` or `i2i_items`
@@ -155,6 +157,7 @@ def generate(run:Run|ItemStore, # where records go
                            max_workers=max_workers, limiter=limiter, retry=retry, retry_failed=retry_failed,
                            prepare=_with_source_bytes, progress=progress, desc="stage II")
 
+# %% ../../nbs/11_acrb.generate.ipynb #8892c12a
 def stage2_records(store:ItemStore|Run, # the run's store
                    items:Sequence[dict], # the items that were generated
                    model_info:dict, # `model.describe()`

@@ -226,6 +226,7 @@ class RegistryEntry:
     rpm: float|None = None # default requests per minute of an API adapter (its provider's budget; overridable per run)
     max_concurrency: int|None = None # default concurrent requests (None: the runner's default)
 
+# %% ../../nbs/05_adapters.base.ipynb #a7ed2530
 class Registry:
     "Short name → adapter factory for one model family."
     def __init__(self, kind:str, # model family, e.g. 'text_lm' (used in messages)
@@ -280,6 +281,7 @@ class Registry:
                              for e in self._entries.values()])
     def __contains__(self, name): return name in self.names()
 
+# %% ../../nbs/05_adapters.base.ipynb #e4434252
 TEXT_LMS = Registry("text_lm")
 VISION_JUDGES = Registry("vision_judge")
 IMAGE_GENERATORS = Registry("image_generator")

@@ -45,7 +45,7 @@ def export_choice_sample(scored:pd.DataFrame, # from `score_trials` (the run's t
     "Write a stratified random sample of valid-choice trials (equal per pair × congruent position) for hand labelling."
     check_columns(scored, ["key", "pair_id", "cc_pos", "outcome"], "export_choice_sample")
     ok = scored[scored.outcome == "ok"]
-    items = iat_label_items(ok)
+    items = iat_label_items(ok).items
     items = items.merge(ok[["key", "pair_id", "cc_pos"]], on="key", how="left", validate="one_to_one")
     sample = sample_items(items, n, strata=["pair_id", "cc_pos"], allocation="equal", seed=seed)
     return export_for_labelling(sample, folder, run, labels=CHOICE_LABELS, task=CHOICE_TASK, show_verdict=show_verdict,
