@@ -10,7 +10,8 @@ from typing import Mapping, Sequence
 import pandas as pd
 from ..core import sha256_hex, item_key, seed_int, atomic_write, check_keys
 from ..store import ItemStore, Run
-from ..runner import run_items, RetryPolicy, StageResult
+from ..runner import RetryPolicy, StageResult
+from ..execution import run_model_items
 from .prompt_sets import (DOMAINS, SLOT, NEUTRAL_ID, Attribute, AttributeSet, BasePrompt, BasePromptSet,
                                       fill_slot, find_terms, template_problems, identity_terms, plain_quotes,
                                       read_acrb_data, load_attributes, load_base_prompts)
@@ -261,11 +262,17 @@ def _chat_record(lm, it:Mapping)->dict:
     return {"outcome": outcome, "text": r.get("text"), "refusal": refusal, "finish_reason": r.get("finish_reason"),
             "usage": dict(r.get("usage") or {})}
 
+def _stage1_work(lm, blobs):
+    "The per-item Stage I function (`execution.run_model_items`' make_work): one chat call, its record."
+    return lambda it: _chat_record(lm, it)
+
+def _stage1_key(info:dict, it:dict)->str: return it["key"]  # the item's key already holds the LLM's describe()
+
 def _call_items(lm, store, items:list, *, max_workers:int, retry:RetryPolicy, seed:int, progress, desc:str)->dict:
-    "Run chat items through the runner; return key → (text | None, failure reason | None)."
+    "Run chat items through the one execution path (budget pacing, retries); return key → (text | None, failure reason | None)."
     if not items: return {}
-    run_items(lambda it: _chat_record(lm, it), items, store, key=lambda it: it["key"], max_workers=max_workers,
-              retry=retry, seed=seed, progress=progress, desc=desc)
+    run_model_items(lm, _stage1_work, items, store, key_of=_stage1_key, max_workers=max_workers, retry=retry, seed=seed,
+                    progress=progress, desc=desc)
     st = store.store if isinstance(store, Run) else store
     out = {}
     for it in items:
