@@ -1,59 +1,62 @@
-"""Which IG baseline means "no text"? The measurement behind `explain_rows`' default baseline.
+"""Which IG baseline means "no text" to the model? The measurement behind `explain_rows`' default baseline.
 
-On calibration rows of the shipped ToxiGen sample (the split the toxicity report never evaluates on), SmolLM2-135M
-with the seed framing: for every candidate baseline, the gap |f(x) − f(x′)| on `--gap-rows` rows (forward passes
-only), then on `--rows` rows Integrated Gradients with refinement and the deletion / insertion AOPC differences
-(`toxicity.faithfulness.compare_baselines`). Prints both tables.
+On calibration rows of the shipped ToxiGen sample (the split the toxicity report never evaluates on), SmolLM2-135M with
+the seed framing (task "toxicity", chat template, no in-context examples): for every candidate baseline the gap
+|f(x) − f(x′)| per row (`toxicity.explain.baseline_gaps`, forward passes only), and `choose_baseline`'s ranking (the
+largest share of rows whose gap reaches 0.5 nats; ties: the larger median gap). A row whose gap is smaller has almost
+nothing to attribute, however well its integral converges. With `--ig-rows N` it also runs Integrated Gradients and the
+deletion / insertion checks for every candidate on N rows (`toxicity.faithfulness.compare_baselines`; minutes per row).
 
-Usage: python bench/ig_baselines.py [--gap-rows 40] [--rows 6] [--baselines mean,zero,pad,...] [--model smollm2-135m]
+The toxicity report makes the same choice itself (`ig_baseline="auto"`), on its own calibration rows and with the
+framing it chose there; this benchmark is what `explain_rows(baseline=...)`'s library default rests on.
+
+Prints progress, the table, and ends with:
+  RESULT chosen=<baseline> share_chosen=<x> share_mean=<x> share_filler=<x> share_pad=<x> share_zero=<x> share_uniform=<x> share_blur=<x>
+  share_<b> = share of the rows whose |f(x) − f(x′)| ≥ 0.5 nats with baseline b
+
+Usage: python bench/ig_baselines.py [--rows 24] [--ig-rows 0] [--baselines mean,zero,pad,filler,uniform,blur] [--model smollm2-135m]
 """
 import argparse, os, time
 os.environ.setdefault("HF_HUB_OFFLINE", "1"); os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("ACRB_PROGRESS", "0")
-import numpy as np, pandas as pd
-import torch
+import pandas as pd
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--gap-rows", type=int, default=40)
-    ap.add_argument("--rows", type=int, default=6)
-    ap.add_argument("--baselines", default="mean,zero,pad,filler,uniform,blur,expected")
-    ap.add_argument("--ig-baselines", default=None, help="baselines for the IG part (default: --baselines)")
+    ap.add_argument("--rows", type=int, default=24, help="calibration rows for the gaps (forward passes only)")
+    ap.add_argument("--ig-rows", type=int, default=0, help="calibration rows for IG + deletion/insertion per baseline (slow)")
+    ap.add_argument("--baselines", default="mean,zero,pad,filler,uniform,blur")
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--model", default="smollm2-135m")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     from acrb_nb.adapters.base import TEXT_LMS
-    from acrb_nb.adapters.text import context_length
     from acrb_nb.data import load_toxigen
-    from acrb_nb.toxicity.zeroshot import PromptEncoder
     from acrb_nb.toxicity.calibration import calibration_split
-    from acrb_nb.toxicity.explain import LabelMargin, baseline_inputs
+    from acrb_nb.toxicity.explain import baseline_gaps, choose_baseline
     from acrb_nb.toxicity.faithfulness import compare_baselines
     lm = TEXT_LMS.create(a.model)
     tox = load_toxigen()
     cal = tox[calibration_split(tox["label"].to_numpy(), 0.5, seed=0)]
     bl = a.baselines.split(",")
-    enc = PromptEncoder(lm.tokenizer, "toxicity", context=context_length(lm.model))
-    recs = []
-    for i, row in enumerate(enc.encode(cal["text"].tolist()[:a.gap_rows])):
-        fn = LabelMargin(lm.model, row)
-        with torch.no_grad():
-            fx = float(fn(fn.ids)[0])
-            for b in bl:
-                fb = float(np.mean([float(fn(torch.tensor([x]))[0]) for x in baseline_inputs(fn, lm.tokenizer, b, seed=0)]))
-                recs.append({"row": i, "baseline": b, "f_x": fx, "f_b": fb})
-    d = pd.DataFrame(recs); d["gap"] = (d.f_x - d.f_b).abs()
-    g = d.groupby("baseline", sort=False).agg(gap_ge_05=("gap", lambda x: (x >= 0.5).mean()), median_gap=("gap", "median"),
-                                              mean_f_b=("f_b", "mean"), sd_f_b=("f_b", "std"))
-    print(f"gap |f(x) - f(baseline)| on {a.gap_rows} calibration rows (f(x): mean {d.drop_duplicates('row').f_x.mean():.2f}, "
-          f"sd {d.drop_duplicates('row').f_x.std():.2f}) [{time.perf_counter() - t0:.0f} s]")
-    print(g.round(3).to_string(), flush=True)
-    if a.rows:
-        cb = compare_baselines(cal.iloc[:a.rows], lm, (a.ig_baselines or a.baselines).split(","), n_steps=a.steps, n_boot=1000)
-        print(f"IG on {a.rows} calibration rows [{time.perf_counter() - t0:.0f} s]")
-        print(cb.round(3).to_string())
+    parts = []
+    for i in range(0, a.rows, 4):  # in blocks, to print progress
+        g = baseline_gaps(cal.iloc[i:min(i + 4, a.rows)], lm, baselines=bl)
+        parts.append(g.assign(row=g.row + i))
+        print(f"  rows {min(i + 4, a.rows)}/{a.rows} [{time.perf_counter() - t0:.0f} s]", flush=True)
+    gaps = pd.concat(parts, ignore_index=True)
+    chosen, table = choose_baseline(gaps)
+    fx = gaps.drop_duplicates("row").f_x
+    print(f"gap |f(x) − f(baseline)| on {a.rows} calibration rows, seed framing (f(x): mean {fx.mean():.2f}, sd {fx.std():.2f})")
+    print(table.round(3).to_string(index=False), flush=True)
+    if a.ig_rows:
+        cb = compare_baselines(cal.iloc[:a.ig_rows], lm, bl, n_steps=a.steps, n_boot=1000)
+        print(f"IG on {a.ig_rows} calibration rows [{time.perf_counter() - t0:.0f} s]")
+        print(cb.round(3).to_string(index=False))
+    share = table.set_index("baseline")["share_gap_ge_0.5"]
+    print(f"[{time.perf_counter() - t0:.0f} s]")
+    print(f"RESULT chosen={chosen} share_chosen={share[chosen]:.3f} " + " ".join(f"share_{b}={share[b]:.3f}" for b in bl))
 
 
 if __name__ == "__main__":

@@ -62,3 +62,18 @@ def test_ci_runs_readme_test_command():
 
 def test_setup_py_has_no_pkg_resources():
     assert "pkg_resources" not in (ROOT / "setup.py").read_text()
+
+def test_structure_rules_hold():
+    "Issue 16's rules: modules ≤ 700 lines, export cells ≤ 80 (median ≤ 25), no private cross-module imports, clean layers."
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "structure_report.py"), "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+def test_no_machine_paths():
+    "Nothing a test, notebook or module reads lives at a path of a build machine (issue 18)."
+    pat = re.compile(r"""["'](/work/|/Users/|[^"']*/shared/(upstream-data|seeds))""")
+    hits = []
+    for sub in ("nbs", "acrb_nb", "tests", "bench", "tools", "data"):
+        for p in (ROOT / sub).rglob("*"):
+            if p.suffix in (".py", ".ipynb", ".yaml", ".yml", ".md") and p.is_file():
+                hits += [f"{p.relative_to(ROOT)}:{i}" for i, l in enumerate(p.read_text(errors="ignore").splitlines(), 1) if pat.search(l)]
+    assert not hits, hits[:10]

@@ -18,8 +18,8 @@ from ..execution import Execution, ModelSession
 
 # %% auto #0
 __all__ = ['ZERO_ID', 'BASELINES', 'FILLER', 'IDENTITY_TERMS', 'ig_embedding', 'LabelMargin', 'ig_chunk', 'integrated_gradients',
-           'ig_per_step_loop', 'baseline_ids', 'baseline_inputs', 'explain_margin', 'explain_rows', 'plot_attributions',
-           'attributions_html', 'identity_term_tokens', 'identity_attribution']
+           'ig_per_step_loop', 'baseline_ids', 'baseline_inputs', 'explain_margin', 'baseline_gaps', 'choose_baseline',
+           'explain_rows', 'plot_attributions', 'attributions_html', 'identity_term_tokens', 'identity_attribution']
 
 # %% ../../nbs/22_toxicity.explain.ipynb #8e64b57c
 ZERO_ID = -1 # token id that the IG embedding wrapper maps to the zero vector (ids −2, −3, … index per-row vectors)
@@ -260,6 +260,43 @@ def _ig_work(lm, # the loaded model (in this process, or in a Ray worker)
     return work
 
 def _ig_info(work)->dict: return {"model": model_fingerprint(work.model), "prompt": work.fn.enc.describe()}
+
+# %% ../../nbs/22_toxicity.explain.ipynb #6f500427
+def baseline_gaps(data, # DataFrame with a text column, or a list of texts (e.g. a calibration split's rows)
+                  model, # registry name, hub id, folder, .gguf, HFCausalLM adapter or (model, tokenizer)
+                  task="toxicity", # as in `score_dataset`
+                  baselines:Sequence[str]=("mean", "zero", "pad", "filler", "uniform", "blur"), # the candidates (`BASELINES`)
+                  *, text_col:str="text", # text column
+                  chat:bool|None=None, # prompt setting: use the same as `score_dataset`
+                  max_text_tokens:int|None=None, # prompt setting: use the same as `score_dataset`
+                  seed:int=0, # seeds the random baselines
+                  n_samples:int=4, # "expected": baselines averaged over
+                  **model_kw, # options for `resolve_model`
+                 )->pd.DataFrame:
+    "Per row and baseline: f(x), f(x') and the gap |f(x) − f(x')| — forward passes only, what there is to attribute."
+    import torch
+    texts = [str(t) for t in (data[text_col] if isinstance(data, pd.DataFrame) else data)]
+    lm, enc = _ig_parts(resolve_model(model, **model_kw), get_task(task), chat, max_text_tokens)
+    mdl, tok = hf_parts(lm)
+    out = []
+    with torch.no_grad(), getattr(lm, "_lock", contextlib.nullcontext()):
+        for i, row in enumerate(enc.encode(texts)):
+            fn = LabelMargin(mdl, row)
+            fx = float(fn(fn.ids)[0])
+            for b in baselines:  # one pass per baseline, right after it is built: vectors that are no token live on `fn.embed` until the next
+                fb = float(fn(torch.tensor(baseline_inputs(fn, tok, b, seed=seed, n_samples=n_samples), device=fn.dev)).mean())
+                out.append({"row": i, "baseline": b, "f_x": fx, "f_baseline": fb, "gap": abs(fx - fb)})
+    return pd.DataFrame(out)
+
+def choose_baseline(gaps:pd.DataFrame, # from `baseline_gaps`
+                    min_gap:float=0.5, # nats: a row has something to attribute when its gap reaches this
+                   )->tuple:
+    "(chosen baseline, table): the largest share of rows with gap ≥ `min_gap` wins (ties: the larger median gap)."
+    t = (gaps.groupby("baseline", sort=False)
+             .agg(rows=("gap", "size"), share_gap_ge=("gap", lambda g: float((g >= min_gap).mean())),
+                  median_gap=("gap", "median"), mean_f_baseline=("f_baseline", "mean"))
+             .sort_values(["share_gap_ge", "median_gap"], ascending=False, kind="stable").reset_index())
+    return str(t.baseline.iloc[0]), t.rename(columns={"share_gap_ge": f"share_gap_ge_{min_gap:g}"})
 
 # %% ../../nbs/22_toxicity.explain.ipynb #3f224f0c
 def explain_rows(data, # DataFrame, list of texts, or parquet/CSV path (as in `score_dataset`)
