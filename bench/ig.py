@@ -35,7 +35,7 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--chat", choices=["auto", "yes", "no"], default="auto")
-    ap.add_argument("--baseline", default="mean", help="IG baseline (explain_rows' default: mean)")
+    ap.add_argument("--baseline", default="filler", help="IG baseline (explain_rows' default: filler)")
     ap.add_argument("--budget", type=float, default=1.5e9, help="bytes of activations per pass (explain_rows' default)")
     ap.add_argument("--check-steps", type=int, default=64, help="one more row at this many steps, chunked, for the peak memory")
     a = ap.parse_args(argv)

@@ -3,7 +3,8 @@
 On calibration rows of the shipped ToxiGen sample (the split the toxicity report never evaluates on), SmolLM2-135M with
 the seed framing (task "toxicity", chat template, no in-context examples): for every candidate baseline the gap
 |f(x) − f(x′)| per row (`toxicity.explain.baseline_gaps`, forward passes only), and `choose_baseline`'s ranking (the
-largest share of rows whose gap reaches 0.5 nats; ties: the larger median gap). A row whose gap is smaller has almost
+largest share of rows whose gap reaches 0.5 nats; ties: the larger median gap), the default chosen among the baselines
+that remove the text (`NO_TEXT_BASELINES`; blur, a smoothed copy of the text, is measured for comparison). A row whose gap is smaller has almost
 nothing to attribute, however well its integral converges. With `--ig-rows N` it also runs Integrated Gradients and the
 deletion / insertion checks for every candidate on N rows (`toxicity.faithfulness.compare_baselines`; minutes per row).
 
@@ -34,7 +35,7 @@ def main(argv=None):
     from acrb_nb.adapters.base import TEXT_LMS
     from acrb_nb.data import load_toxigen
     from acrb_nb.toxicity.calibration import calibration_split
-    from acrb_nb.toxicity.explain import baseline_gaps, choose_baseline
+    from acrb_nb.toxicity.explain import baseline_gaps, choose_baseline, NO_TEXT_BASELINES
     from acrb_nb.toxicity.faithfulness import compare_baselines
     lm = TEXT_LMS.create(a.model)
     tox = load_toxigen()
@@ -46,10 +47,12 @@ def main(argv=None):
         parts.append(g.assign(row=g.row + i))
         print(f"  rows {min(i + 4, a.rows)}/{a.rows} [{time.perf_counter() - t0:.0f} s]", flush=True)
     gaps = pd.concat(parts, ignore_index=True)
-    chosen, table = choose_baseline(gaps)
+    chosen, _ = choose_baseline(gaps[gaps.baseline.isin(NO_TEXT_BASELINES)])  # the default is chosen among "no text" baselines
+    table = choose_baseline(gaps)[1]
     fx = gaps.drop_duplicates("row").f_x
     print(f"gap |f(x) − f(baseline)| on {a.rows} calibration rows, seed framing (f(x): mean {fx.mean():.2f}, sd {fx.std():.2f})")
     print(table.round(3).to_string(index=False), flush=True)
+    print(f"chosen among the baselines that remove the text {tuple(b for b in bl if b in NO_TEXT_BASELINES)}: {chosen}")
     if a.ig_rows:
         cb = compare_baselines(cal.iloc[:a.ig_rows], lm, bl, n_steps=a.steps, n_boot=1000)
         print(f"IG on {a.ig_rows} calibration rows [{time.perf_counter() - t0:.0f} s]")
