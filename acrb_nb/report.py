@@ -407,7 +407,7 @@ def render_report(template: str | Path, # report notebook, e.g. nbs/acrb.ipynb
                   config: str | Path | None = None, # YAML file of parameter values, e.g. configs/acrb_flux.yaml
                   out_dir: str | Path = "reports", # reports folder: writes <out_dir>/<study>/<model>.{ipynb,html}
                   hide_input: bool = True, # hide code cells in the HTML
-                  cwd: str | Path | None = None, # working directory of the run; defaults to the template's folder
+                  cwd: str | Path | None = None, # working directory of the run (where run folders such as runs/<study>/ land); the current directory by default
                   paths_from: str | Path | None = None, # folder relative path parameters are read from; the current directory by default
                   kernel_name: str = "python3", # Jupyter kernel to execute with
                   timeout: float | None = None, # per-cell timeout in seconds (None: no limit)
@@ -437,7 +437,7 @@ def render_report(template: str | Path, # report notebook, e.g. nbs/acrb.ipynb
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            pm.execute_notebook(str(template), str(ipynb), parameters=dict(params), cwd=str(cwd or template.parent),
+            pm.execute_notebook(str(template), str(ipynb), parameters=dict(params), cwd=str(cwd or Path.cwd()),
                                 kernel_name=kernel_name, execution_timeout=timeout, progress_bar=False, log_output=False,
                                 # ipykernel's start-up chatter ("running over TCP without encryption") is noise here
                                 extra_arguments=["--IPKernelApp.log_level=ERROR"] if kernel_name.startswith("python") else [])

@@ -162,7 +162,7 @@ def plan_audit(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) 
             ("price per image", usd, "USD", price["source"]),
             ("expected cost", plan["cost_usd_expected"], "USD", "images delivered × price (refusals not billed); max if every call were billed: "
              + ("unknown" if usd is None else f"{calls * usd:,.2f}")),
-            ("wall time", plan["wall_hours"], "hours", "max(calls / rpm, calls × seconds_per_call / concurrency)" +
+            ("wall time", "unknown" if plan["wall_hours"] is None else plan["wall_hours"], "hours", "max(calls / rpm, calls × seconds_per_call / concurrency)" +
              f"; rpm={rpm_}, concurrency={conc}, seconds_per_call={seconds_per_call}" + ("" if plan["wall_hours"] else " — give rpm= or seconds_per_call="))]
     if labels is not None:
         lp, lrows = _plan_labels(labels, judged_per_value / D["cells"], base_rate, alpha, judge_accuracy, judge_corr, D["n_values"] * D["cells"])

@@ -159,7 +159,7 @@ def _plan_table(n:Mapping, # the plan's numbers
             ("expected cost", n["cost_usd"], "USD", f"images {n['cost_images_usd']} + judge {n['cost_judge_usd']}"
              + (f" ({n['usd_per_judge_call']} USD per judge call" + (", a local model: GPU time not costed)" if n["backend"] not in API_BACKENDS else ")")
                 if n["usd_per_judge_call"] is not None else " — give usd_per_judge_call= to price the judge")),
-            ("wall time", hrs(n["wall_hours"]), "hours", f"generator then judge, each max(calls / rpm, calls × seconds_per_call / concurrency); rpm={n['rpm']}, concurrency={n['concurrency']}, seconds_per_call={n['seconds_per_call']}"
+            ("wall time", "unknown" if n["wall_hours"] is None else hrs(n["wall_hours"]), "hours", f"generator then judge, each max(calls / rpm, calls × seconds_per_call / concurrency); rpm={n['rpm']}, concurrency={n['concurrency']}, seconds_per_call={n['seconds_per_call']}"
              + ("" if n["wall_hours"] is not None else " — give rpm= or seconds_per_call=")),]
     if labels is not None:
         how = f"ρ = {n['label_corr']:.3f} (" + ("given" if judge_corr is not None else f"answers read right {judge_accuracy:g} of the time") + ")"
