@@ -53,6 +53,8 @@ def test_success(tmp_path):
     assert r.returncode == 0, r.stderr
     ipynb, html = out / "tiny_report" / "sim.ipynb", out / "tiny_report" / "sim.html"
     assert ipynb.exists() and html.exists() and (out / "index.html").exists()
+    assert (tmp_path / "tiny_report_items.csv").exists()                 # the template ran in the user's folder
+    assert not (TINY.parent / "tiny_report_items.csv").exists()          # not in the template's
     nb = json.loads(ipynb.read_text())
     assert nb["metadata"]["papermill"]["parameters"] == {"model": "sim", "n": 4, "groups": ["x", "y"]}
     page = html.read_text()
