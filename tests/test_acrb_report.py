@@ -149,11 +149,3 @@ def test_every_call_failing_stops_without_metrics(tmp_path, loopback, monkeypatc
     if endpoint == "401": assert loopback.count == 4            # a 401 is not retried
     man = json.loads((run_dir / "manifest.json").read_text())
     assert man["sessions"][-1]["status"] == "failed" and not (run_dir / "acrb_summary.json").exists()
-
-
-def test_template_runs_from_another_folder(tmp_path):
-    import papermill as pm
-    out = tmp_path / "out.ipynb"
-    pm.execute_notebook(str(TEMPLATE), str(out), parameters=dict(attributes=["gender"], n_base_prompts=2, n_boot=100, judge2=None),
-                        cwd=str(tmp_path), progress_bar=False, kernel_name="python3")
-    assert list((tmp_path / "runs" / "acrb" / "sim").glob("*/acrb_summary.json"))     # the run is under the working folder

@@ -23,7 +23,7 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DAT
 SMALL = {  # template -> parameters that keep the run short
     "acrb": {"n_base_prompts": 9, "n_boot": 200},
     "iat": {"n_boot": 200, "n_perm": 200},
-    "toxicity": {"max_rows": 24, "ig_rows": 1, "ig_steps": 4},
+    "toxicity": {"max_rows": 24, "select": False, "ig_rows": 1, "ig_steps": 4, "ig_baseline_rows": 2},
     "fairness": {"n_boot": 200},
 }
 WRITES_RUNS = ("acrb", "toxicity")  # templates whose default run folder is under the working directory
@@ -41,15 +41,18 @@ def test_template_runs_from_any_folder(template, where, tmp_path):
     cwd = ROOT if where == "repo_root" else tmp_path / "elsewhere"
     cwd.mkdir(exist_ok=True)
     params = dict(SMALL[template])
-    if template in WRITES_RUNS: params["run_dir"] = str(tmp_path / "run")
+    own_runs = template in WRITES_RUNS and where == "tmp_folder"  # the default run folder: runs/ under the user's folder
+    if template in WRITES_RUNS and not own_runs: params["run_dir"] = str(tmp_path / "run")  # keep the repository clean
     out = tmp_path / f"{template}.out.ipynb"
     args = [sys.executable, "-m", "papermill", str(NBS / f"{template}.ipynb"), str(out), "--no-progress-bar", "-k", "python3"]
     for k, v in params.items(): args += ["-p", k, str(v)]
     r = subprocess.run(args, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=850)
     assert r.returncode == 0, (r.stderr[-3000:], _errors(out) if out.exists() else None)
     assert out.exists() and _errors(out) == []
-    if where == "tmp_folder":  # nothing was written next to the user except what they asked for
-        assert sorted(p.name for p in cwd.iterdir()) == []
+    if where == "tmp_folder":  # nothing was written next to the user except what they asked for (and the run folder)
+        assert sorted(p.name for p in cwd.iterdir()) == (["runs"] if own_runs else [])
+    if own_runs:
+        assert list((cwd / "runs" / template).rglob("manifest.json")), sorted(map(str, (cwd / "runs").rglob("*")))[:10]
 
 
 def _compas(folder: Path) -> Path:
