@@ -102,8 +102,8 @@ def test_local_model_instances_and_api_judges(tmp_path):
 @pytest.mark.slow
 def test_tiny_vlm_judge_on_ray_equals_local(tmp_path):
     """A real VLM class, `tiny-qwen2-vl` (random weights), named by an `AdapterRef`: six trials on two Ray workers with
-    one torch thread each equal one local thread byte for byte (greedy decoding; a random model writes invalid JSON
-    and is re-asked, which is an outcome like any other)."""
+    one torch thread each equal one local thread byte for byte (registered local judges read label log-probabilities
+    by default, `adapters.labels`; whatever the outcome, both executors must store the same records)."""
     import torch
     from collections import Counter
     cfg = load_iat_config().select(["socioeconomic_status"], 4, 0)
