@@ -16,7 +16,7 @@ Prints progress, a table, the peak resident memory, and ends with:
                      f(x) and f(baseline) evaluated independently (the relative tolerance the report uses: 0.05)
   peak_rss_gb      = this process's peak resident memory (model, both methods, the --check-steps run)  target < 4
 
-Usage: python bench/ig.py [--rows 4] [--steps 16] [--baseline mean] [--budget 1.5e9] [--check-steps 64]
+Usage: python bench/ig.py [--rows 6] [--steps 16] [--baseline mean] [--budget 1.5e9] [--check-steps 64]
                           [--model smollm2-135m|tiny-gpt2]
 """
 import argparse, os, resource, time
@@ -31,7 +31,7 @@ def peak_rss_gb(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rows", type=int, default=4)
+    ap.add_argument("--rows", type=int, default=6)
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--chat", choices=["auto", "yes", "no"], default="auto")

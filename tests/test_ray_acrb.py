@@ -17,7 +17,7 @@ from acrb_nb.acrb.pipeline import run_acrb
 
 pytestmark = pytest.mark.timeout(600)
 ROOT = Path(__file__).resolve().parents[1]
-TINY = dict(attributes=["culture"], n_base_prompts=3, n_boot=100, progress=False)
+TINY = dict(attributes=["culture"], n_base_prompts=2, n_boot=100, progress=False)
 
 
 
@@ -121,7 +121,7 @@ def test_sim_audit_on_ray_equals_local_and_resumes_both_ways(tmp_path, local_ray
 
 @pytest.mark.slow
 def test_worker_killed_during_stage2_loses_only_its_item(tmp_path, local_ray, tiny_local):
-    n_items = 3 * 7 * 2  # 3 base prompts x (6 cultures + neutral) x 2 images
+    n_items = 2 * 7 * 2  # 2 base prompts x (6 cultures + neutral) x 2 images
     run_dir = tmp_path / "killed"
     out, killed = {}, []
 
@@ -162,7 +162,7 @@ def test_acrb_report_from_the_cli_on_ray(tmp_path, local_ray):
     without stopping the cluster. (Starting a local Ray is `ray_init(None)`, which the session's own start runs.)"""
     address = ray.get_runtime_context().gcs_address
     script = Path(sys.executable).parent / "acrb-report"
-    cmd = [str(script), str(ROOT / "nbs" / "acrb.ipynb"), "-p", "model", "sim", "-p", "n_base_prompts", "4",
+    cmd = [str(script), str(ROOT / "nbs" / "acrb.ipynb"), "-p", "model", "sim", "-p", "n_base_prompts", "3",
            "-y", "attributes: [culture]", "-p", "n_boot", "100", "-p", "run_dir", str(tmp_path / "run"),
            "--execution", "ray", "--ray-address", address, "--ray-num-actors", "2", "--ray-num-cpus", "1",
            "--out", str(tmp_path / "reports")]

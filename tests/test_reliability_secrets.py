@@ -5,7 +5,9 @@ redactions were needed (`render_report` masks a leaked key; needing to would sti
 parameters — to a report, to a run spec — are refused with an error that says to use the environment.
 
 Templates are discovered in nbs/ (acrb, toxicity, fairness, iat); a template without an entry in CONFIGS runs with
-its own defaults (a small offline configuration), still with the keys in the environment.
+its own defaults (a small offline configuration), still with the keys in the environment. They run from the
+repository root, where a user who cloned the project starts (`test_templates.py` runs them from an empty folder);
+every output goes to the test's temporary folder.
 """
 import json
 from pathlib import Path
@@ -67,7 +69,7 @@ def test_report_templates_leak_no_key(run_tmp, reliability, monkeypatch):
                 params = {k: v for k, v in params.items() if k in specs}  # templates that landed later may differ
                 if "run_dir" in specs and "run_dir" not in params: params["run_dir"] = str(runs / f"{study}-{len(done)}")
                 if "out" in specs and not params.get("out"): params["out"] = str(runs / f"{study}-{len(done)}" / "out.csv")
-                r = render_report(tpl, parameters=params, out_dir=out / str(len(done) + len(failed)), cwd=tpl.parent)
+                r = render_report(tpl, parameters=params, out_dir=out / str(len(done) + len(failed)), cwd=ROOT)
                 (done if r.ok else failed).append((study, label, r.error))
                 assert r.redacted == (), f"{study} ({label}): the report printed {r.redacted} and had to be redacted"
     finally:

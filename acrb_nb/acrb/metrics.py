@@ -4,7 +4,7 @@
 
 # %% ../../nbs/14_acrb.metrics.ipynb #bc45110f
 from __future__ import annotations
-import dataclasses, json
+import dataclasses, functools, json
 from pathlib import Path
 from typing import Mapping, Sequence
 import numpy as np
@@ -57,6 +57,14 @@ def without_policy_prompts(long:pd.DataFrame, # from `acrb_long` (needs `policy_
     return long[~long.cluster.isin(set(long.cluster[long.policy_cell]))]
 
 # %% ../../nbs/14_acrb.metrics.ipynb #4f85b14b
+@functools.lru_cache(maxsize=4)
+def _planted_design(attribute_set:str)->tuple:
+    "(base prompts' id, domain, adult_context; attributes) of a planted audit: read and validated once per process."
+    from acrb_nb.acrb.prompts import load_base_prompts, load_attributes
+    per = pd.DataFrame([(p.id, p.domain, p.adult_context) for p in load_base_prompts("v1").prompts],
+                       columns=["base_id", "domain", "adult_context"])
+    return per, [("neutral", "neutral", "none")] + [(a.id, a.dimension, a.value) for a in load_attributes(attribute_set).values]
+
 def planted_long(n_prompts:int|None=None, # base prompts (stratified by domain, as `run_acrb` picks them); None: all 108
                  seed:int=0, # seed of the draws (and of the prompt selection)
                  config=None, # planted config (path, dict or PlantedACRB; None: data/sim/planted_acrb.yaml)
@@ -64,13 +72,10 @@ def planted_long(n_prompts:int|None=None, # base prompts (stratified by domain, 
                 )->tuple:
     "(long table, planted rates per attribute) of one audit drawn straight from a planted config: no images, no judge."
     from acrb_nb.adapters.planted import load_planted_acrb
-    from acrb_nb.acrb.prompts import load_base_prompts, load_attributes
     from acrb_nb.acrb.pipeline import select_base_ids
     cfg = load_planted_acrb(config)
-    per = pd.DataFrame([(p.id, p.domain, p.adult_context) for p in load_base_prompts("v1").prompts],
-                       columns=["base_id", "domain", "adult_context"])
+    per, attrs = _planted_design(attribute_set)
     per = per[per.base_id.isin(select_base_ids(per, n_prompts, seed))].reset_index(drop=True)
-    attrs = [("neutral", "neutral", "none")] + [(a.id, a.dimension, a.value) for a in load_attributes(attribute_set).values]
     doms = sorted(per.domain.unique()); dix = per.domain.map({d: i for i, d in enumerate(doms)}).to_numpy()
     rt = [[cfg.rates(a if a in cfg.attributes else "neutral", d) for d in doms] for a, _, _ in attrs]
     H = np.array([[r["p_refuse_policy"] + r["p_refuse_filter"] + r["p_blank"] for r in row] for row in rt])[:, dix].T

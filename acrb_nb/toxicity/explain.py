@@ -12,7 +12,7 @@ import pandas as pd
 from ..core import item_key, rng as _rng, seed_int, sha256_hex
 from ..runner import StageResult, store_for
 from ..adapters.text import context_length
-from .zeroshot import (EncodedPrompt, PromptEncoder, get_task, model_ref, resolve_model, label_logprobs,
+from .zeroshot import (EncodedPrompt, PromptEncoder, get_task, model_ref, resolve_model, label_logprobs, prefix_kv,
                                        score_encoded, model_fingerprint, hf_parts, pad_token_id)
 from ..execution import Execution, ModelSession
 
@@ -49,10 +49,11 @@ class LabelMargin:
     def __init__(self, model, # a transformers causal LM
                  row:EncodedPrompt, # the encoded row (its labels and skips are used)
                  method:str="cache", # see `label_logprobs`
-                 share_prefix:bool=True, # run leading positions equal in every path point once (see the text)
+                 share_prefix:bool=True, # run leading positions equal in every path point once per row (see the text)
                 ):
         import torch
         self.model, self.row, self.method, self.share = model, row, method, share_prefix
+        self._pre = None  # (prefix embeddings, their KV cache): the template before the text, computed once per row
         self.dev = next(model.parameters()).device
         self.embed = ig_embedding(model.get_input_embeddings())
         L = max(len(l) for l in row.labels)
@@ -73,9 +74,18 @@ class LabelMargin:
             P = min(int(same.long().cumprod(0).sum()), T - 1)
         lp = label_logprobs(self.model, torch.ones((N, T - P), dtype=torch.long, device=e.device),
                             self.lab.expand(N, -1, -1), self.valid.expand(N, -1, -1), inputs_embeds=e[:, P:],
-                            prefix_embeds=e[:1, :P] if P else None, label_embeds=self.model.get_input_embeddings(),
+                            prefix_cache=self._prefix(e[:1, :P]) if P else None, label_embeds=self.model.get_input_embeddings(),
                             method=self.method)
         return lp[:, 0] - lp[:, 1]
+
+    def _prefix(self, pe, # [1, P, d] the embeddings shared by every point of the batch
+               ):
+        "The KV cache of the shared prefix, kept while the prefix stays the same (no gradient reaches it; see the text)."
+        import torch
+        pe = pe.detach()
+        if self._pre is None or self._pre[0].shape != pe.shape or not torch.equal(self._pre[0], pe):
+            with torch.no_grad(): self._pre = (pe, prefix_kv(self.model, prefix_embeds=pe))
+        return self._pre[1]
 
     def __call__(self, ids, # [N, T] prompt ids (negative ids: `ig_embedding`'s vectors)
                 ):
@@ -109,17 +119,23 @@ def integrated_gradients(fn:LabelMargin, # the margin function of one row
                          *, n_steps:int=32, # quadrature points along the path
                          internal_batch_size:int|None=None, # steps per forward pass (None: all at once)
                         )->dict:
-    "captum `LayerIntegratedGradients` of the label margin on the embedding layer: per-token attributions, f(x), f(x'), delta."
+    """captum IG of the label margin on the input embeddings: per-token attributions, f(x), f(x'), delta. A margin with
+    `from_embeds` (`LabelMargin`) is attributed by `IntegratedGradients` on its embeddings, and f(x), f(x') come from one
+    pass; any other `fn(ids)` with an `.embed` layer by `LayerIntegratedGradients` (the same integral, two more passes)."""
     import torch
-    from captum.attr import LayerIntegratedGradients
+    from captum.attr import IntegratedGradients, LayerIntegratedGradients
     x = fn.ids
     b = torch.tensor([list(baseline)], device=x.device)
     if b.shape != x.shape: raise ValueError(f"baseline has {b.shape[1]} tokens, the prompt {x.shape[1]}")
-    lig = LayerIntegratedGradients(fn, fn.embed)
-    mdl = getattr(fn, "model", None)
+    mdl, fe = getattr(fn, "model", None), getattr(fn, "from_embeds", None)
     with (_input_grads_only(mdl) if mdl is not None else contextlib.nullcontext()):
-        attr = lig.attribute(x, baselines=b, n_steps=n_steps, internal_batch_size=internal_batch_size)
-    with torch.no_grad(): fx, fb = float(fn(x)[0]), float(fn(b)[0])
+        if fe is None:
+            attr = LayerIntegratedGradients(fn, fn.embed).attribute(x, baselines=b, n_steps=n_steps, internal_batch_size=internal_batch_size)
+            with torch.no_grad(): fx, fb = float(fn(x)[0]), float(fn(b)[0])
+        else:
+            with torch.no_grad(): xe, be = fn.embed(x), fn.embed(b)
+            attr = IntegratedGradients(fe).attribute(xe, baselines=be, n_steps=n_steps, internal_batch_size=internal_batch_size)
+            with torch.no_grad(): fx, fb = map(float, fe(torch.cat([xe, be])))
     a = attr.sum(-1)[0].detach().float().cpu().numpy()
     # captum's convergence delta, Σ attributions − (f(x) − f(x')), from the f values computed once here
     # (`return_convergence_delta=True` would run both forward passes again)

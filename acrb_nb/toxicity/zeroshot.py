@@ -20,8 +20,8 @@ from ..execution import Execution, AdapterRef, ModelSession
 
 # %% auto #0
 __all__ = ['TASKS', 'CONTENT_FREE', 'ZeroShotTask', 'get_task', 'model_ref', 'resolve_model', 'hf_parts', 'EncodedPrompt',
-           'PromptEncoder', 'pad_token_id', 'collate', 'batches_by_length', 'label_logprobs', 'score_encoded',
-           'model_fingerprint', 'expand_batch_rows', 'content_free_score', 'score_dataset']
+           'PromptEncoder', 'pad_token_id', 'collate', 'batches_by_length', 'prefix_kv', 'label_logprobs',
+           'score_encoded', 'model_fingerprint', 'expand_batch_rows', 'content_free_score', 'score_dataset']
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #723bfdd7
 _INSTRUCTION = "Decide if the following text is {positive} or {negative}. Answer with a single word."
@@ -297,6 +297,21 @@ def _accepts(model)->set:
     try: return set(inspect.signature(model.forward).parameters)
     except (TypeError, ValueError): return set()
 
+def prefix_kv(model, # a transformers causal LM
+              *, prefix_ids=None, # [P] ids, or
+              prefix_embeds=None, # [1, P, d] embeddings
+             ):
+    "The KV cache of a prompt prefix (one row), for `label_logprobs(prefix_cache=...)` or its own prefix pass."
+    acc = _accepts(model)
+    kw = {"logits_to_keep": 1} if "logits_to_keep" in acc else {}
+    dev = next(model.parameters()).device
+    src = ({"inputs_embeds": prefix_embeds} if prefix_embeds is not None
+           else {"input_ids": prefix_ids.reshape(1, -1).to(dev)})
+    cache = model(**src, use_cache=True, **kw).past_key_values
+    if cache is None or not hasattr(cache, "batch_repeat_interleave"):
+        raise RuntimeError("this model returned no repeatable KV cache; use share_prefix=False or method='full'")
+    return cache
+
 def label_logprobs(model, # a transformers causal LM
                    attention_mask, # [B, T] long, left-padded prompts (after `prefix_ids`), 1 = token
                    label_ids, # [B, K, L] long, label tokens after the prompt, right-padded
@@ -306,18 +321,20 @@ def label_logprobs(model, # a transformers causal LM
                    label_embeds=None, # callable: ids -> embeddings for the label tokens (used with `inputs_embeds`)
                    prefix_ids=None, # [P] ids every row starts with (run once, its cache shared; `method="cache"` only)
                    prefix_embeds=None, # or [1, P, d] embeddings every row starts with (with `inputs_embeds`)
+                   prefix_cache=None, # or the prefix's KV cache from `prefix_kv` (copied, never changed: reusable)
                    method:str="cache", # "cache": prompt pass + cached label pass; "full": prompt+label per label
                   ):
     "Teacher-forced log P(label_k | prompt_b) summed over label tokens, shape [B, K] (float32)."
     import torch
+    import copy
     if method not in ("cache", "full"): raise ValueError(f"method must be 'cache' or 'full', got {method!r}")
     acc = _accepts(model)
     B, K, L = label_ids.shape
     dev = attention_mask.device
     pos_ok, keep_ok = "position_ids" in acc, "logits_to_keep" in acc
     if method == "full":
-        if (prefix_ids is not None and len(prefix_ids)) or prefix_embeds is not None:
-            raise ValueError("method='full' takes whole prompts; pass prefix_ids=None and prefix_embeds=None")
+        if (prefix_ids is not None and len(prefix_ids)) or prefix_embeds is not None or prefix_cache is not None:
+            raise ValueError("method='full' takes whole prompts; pass prefix_ids=None, prefix_embeds=None and prefix_cache=None")
         # one sequence per (row, label): prompt (left-padded) + label tokens, logits for the label part only
         lens, pos = attention_mask.sum(-1), (attention_mask.cumsum(-1) - 1).clamp(min=0)
         am = torch.cat([attention_mask.repeat_interleave(K, 0), attention_mask.new_ones(B * K, L - 1)], 1)
@@ -332,15 +349,11 @@ def label_logprobs(model, # a transformers causal LM
         logits = model(**fkw, attention_mask=am, use_cache=False).logits[:, -L:]
         lp = torch.log_softmax(logits.float(), -1).gather(-1, label_ids.reshape(B * K, L, 1)).reshape(B, K, L)
         return torch.where(label_valid, lp, torch.zeros_like(lp)).sum(-1)
-    P = int(prefix_embeds.shape[1]) if prefix_embeds is not None else (0 if prefix_ids is None else int(len(prefix_ids)))
-    cache = None
-    if P:
-        kw = {"logits_to_keep": 1} if keep_ok else {}
-        src = {"inputs_embeds": prefix_embeds} if prefix_embeds is not None else {"input_ids": prefix_ids.reshape(1, P).to(dev)}
-        cache = model(**src, use_cache=True, **kw).past_key_values
-        if cache is None or not hasattr(cache, "batch_repeat_interleave"):
-            raise RuntimeError("this model returned no repeatable KV cache; use share_prefix=False or method='full'")
-        cache.batch_repeat_interleave(B)
+    if prefix_cache is not None: cache = copy.deepcopy(prefix_cache); P = cache.get_seq_length()
+    else:
+        P = int(prefix_embeds.shape[1]) if prefix_embeds is not None else (0 if prefix_ids is None else int(len(prefix_ids)))
+        cache = prefix_kv(model, prefix_ids=prefix_ids, prefix_embeds=prefix_embeds) if P else None
+    if P: cache.batch_repeat_interleave(B)
     am = torch.cat([attention_mask.new_ones(B, P), attention_mask], 1)  # prefix + padded rest, as the model sees it
     kw = {"position_ids": P + (attention_mask.cumsum(-1) - 1).clamp(min=0)} if pos_ok else {}
     if keep_ok: kw["logits_to_keep"] = 1
