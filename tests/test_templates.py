@@ -24,7 +24,8 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DAT
 SMALL = {  # template -> parameters that keep the run short
     "acrb": {"n_base_prompts": 9, "n_boot": 200},
     "iat": {"n_boot": 200, "n_perm": 200},
-    "toxicity": {"max_rows": 24, "select": False, "ig_rows": 1, "ig_steps": 4, "ig_baseline_rows": 2},
+    # the random-weight tiny GPT-2: where the template runs from is tested here; it runs SmolLM2 in nbdev_test (IN_TEST)
+    "toxicity": {"model": "tiny-gpt2", "max_rows": 24, "select": False, "ig_rows": 1, "ig_steps": 4, "ig_baseline_rows": 2},
     "fairness": {"n_boot": 200},
 }
 WRITES_RUNS = ("acrb", "toxicity")  # templates whose default run folder is under the working directory

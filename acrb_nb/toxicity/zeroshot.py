@@ -312,6 +312,8 @@ def prefix_kv(model, # a transformers causal LM
         raise RuntimeError("this model returned no repeatable KV cache; use share_prefix=False or method='full'")
     return cache
 
+
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #a08d9911
 def label_logprobs(model, # a transformers causal LM
                    attention_mask, # [B, T] long, left-padded prompts (after `prefix_ids`), 1 = token
                    label_ids, # [B, K, L] long, label tokens after the prompt, right-padded
