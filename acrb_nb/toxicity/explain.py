@@ -111,7 +111,9 @@ def ig_chunk(model, # a transformers causal LM
     c = getattr(model.config, "text_config", None) or model.config
     h, L, a = c.hidden_size, c.num_hidden_layers, c.num_attention_heads
     i = getattr(c, "intermediate_size", None) or getattr(c, "n_inner", None) or 4 * h
-    per_step = next(model.parameters()).element_size() * L * n_tokens * (40 * h + 3 * i + 2 * a * n_context)
+    # per token that goes through: activations and attention scores; per attended position: its keys and values, as
+    # the shared prefix's cache copied for the step and as repeated for the attention heads (kept for the backward pass)
+    per_step = next(model.parameters()).element_size() * L * (n_tokens * (40 * h + 3 * i + 2 * a * n_context) + 4 * h * n_context)
     return max(1, int(budget // per_step))
 
 def integrated_gradients(fn:LabelMargin, # the margin function of one row
