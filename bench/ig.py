@@ -19,14 +19,14 @@ Prints progress, a table, the peak resident memory, and ends with:
 Usage: python bench/ig.py [--rows 6] [--steps 16] [--baseline mean] [--budget 1.5e9] [--check-steps 64]
                           [--model smollm2-135m|tiny-gpt2]
 """
-import argparse, os, resource, time
+import argparse, os, time
 os.environ.setdefault("HF_HUB_OFFLINE", "1"); os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("ACRB_PROGRESS", "0")
 import numpy as np
 import torch
 
 
-def peak_rss_gb(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # Linux reports kilobytes
+from acrb_nb.core import peak_rss_gb  # this process's peak resident memory (GB)
 
 
 def main(argv=None):
