@@ -279,7 +279,7 @@ def info(self:ModelSession)->dict:
 
 @patch
 def close(self:ModelSession):
-    "Stop the Ray workers, if any (a local model is left to the garbage collector)."
+    "Stop the Ray workers, if any — inside `ray_exec.warm_workers()` they are kept for the next pool (a local model is left to the garbage collector)."
     if self._pool is not None: self._pool.shutdown(); self._pool = None
 
 # %% ../nbs/06a_execution.ipynb #36405827

@@ -4,7 +4,7 @@
 
 # %% ../nbs/06_ray.ipynb #794527da
 from __future__ import annotations
-import collections, inspect, itertools, os, time, traceback
+import collections, contextlib, gc, inspect, itertools, os, sys, threading, time, traceback, uuid
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from fastcore.basics import patch
 from .core import rng as _rng, sha256_hex, redact
@@ -12,7 +12,7 @@ from .store import ItemStore, Run
 from .runner import RetryPolicy, RunLedger, StageResult, call_with_retry
 
 # %% auto #0
-__all__ = ['ray_init', 'BlobSink', 'build_fn', 'generator_factory', 'RayWorkerPool']
+__all__ = ['ray_init', 'BlobSink', 'build_fn', 'generator_factory', 'RayWorkerPool', 'release_idle_workers', 'warm_workers']
 
 # %% ../nbs/06_ray.ipynb #ac51f3eb
 _FORWARD_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "ACRB_PROGRESS")
@@ -132,19 +132,45 @@ def _merge_taken(a:dict, b:dict)->dict:
     return {"blobs": {**a["blobs"], **b["blobs"]}, "records": {**a["records"], **b["records"]}}
 
 class _Worker:
-    "Ray actor body: builds the work function once, then runs batches, yielding one result per item."
-    def __init__(self, fn_factory, index:int, torch_threads:int|None=None, batched:bool=False):
-        t0 = time.monotonic()
+    "Ray actor body: holds one work function (built by `load`), runs batches, yielding one result per item."
+    def __init__(self, fn_factory=None, # built now if given (in this process); a Ray actor gets its factory through `load`
+                 index:int=0, torch_threads:int|None=None, batched:bool=False):
         self.pid, self.index, self.batched = os.getpid(), index, batched
-        self.sink, self.fn, self.init_error, self._gens = BlobSink(), None, None, {}
+        self.sink, self.fn, self.init_error, self._gens, self.tag, self.load_seconds = BlobSink(), None, None, {}, None, 0.0
+        if torch_threads:
+            import torch
+            torch.set_num_threads(int(torch_threads))
+        if fn_factory is not None: self.load(fn_factory)
+
+    def load(self, fn_factory, # a factory, or [ObjectRef of one] as the driver sends it
+             tag:str|None=None, # the pool this function belongs to
+             index:int|None=None, batched:bool|None=None):
+        "Build the work function (dropping the one held before); a factory that raises is kept as `init_error`."
+        t0 = time.monotonic()
+        self.unload()
+        if index is not None: self.index = index
+        if batched is not None: self.batched = batched
         try:
-            if torch_threads:
-                import torch
-                torch.set_num_threads(int(torch_threads))
+            if isinstance(fn_factory, list):
+                import ray
+                fn_factory = ray.get(fn_factory[0])
             self.fn = build_fn(fn_factory, self.sink)
         except Exception as e:  # reported to the driver, which stops the run with this traceback
             self.init_error = redact("".join(traceback.format_exception(e)))[-6000:]
-        self.load_seconds = time.monotonic() - t0
+        self.tag, self.load_seconds = tag, time.monotonic() - t0
+
+    def unload(self):
+        "Drop the work function and its model (a kept worker waits without one)."
+        self.fn, self.init_error, self._gens, self.tag = None, None, {}, None
+        gc.collect()
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available(): torch.cuda.empty_cache()
+
+    def ensure(self, spec:Mapping|None):
+        "Load the pool's work function if this worker holds another one or none (it was restarted by Ray, or kept)."
+        if spec is None: return
+        if self.tag != spec["tag"]: self.load(spec["factory"], spec["tag"])
+        self.index, self.batched = spec["index"], spec["batched"]
 
     def info(self)->dict:
         import ray
@@ -152,13 +178,16 @@ class _Worker:
         return {"pid": self.pid, "index": self.index, "load_seconds": round(self.load_seconds, 3),
                 "init_error": self.init_error, "node_id": ctx.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
 
-    def apply(self, f:Callable):
+    def apply(self, f:Callable, spec:Mapping|None=None):
+        self.ensure(spec)
+        if self.init_error is not None: raise RuntimeError(f"the worker could not build its work function:\n{self.init_error}")
         return f(self.fn)
 
 # %% ../nbs/06_ray.ipynb #8033b4cf
 @patch
-def run_batch(self:_Worker, batch:list, retry:RetryPolicy, seed:int, blob_rel:str):
+def run_batch(self:_Worker, batch:list, retry:RetryPolicy, seed:int, blob_rel:str, spec:Mapping|None=None):
     "Yield one result per (position, item) of `batch`, with the blobs and records its work function saved."
+    self.ensure(spec)  # a worker Ray restarted comes back empty: it loads the pool's function here
     if self.init_error is not None:
         yield {"init_error": self.init_error}; return
     gen = self._gens.setdefault(seed, _rng(seed, "ray_exec", "jitter", self.index))
@@ -218,14 +247,52 @@ class RayWorkerPool:
         self.fn_factory, self.num_actors, self.num_cpus, self.num_gpus = fn_factory, num_actors, num_cpus, num_gpus
         self.resources, self.torch_threads, self.batched = dict(resources or {}), torch_threads, batched
         self.max_restarts, self.actor_options = max_restarts, dict(actor_options or {})
-        self.actors, self.infos = [], []
+        self.actors, self.infos, self.dirty = [], [], False
 
     @property
     def started(self)->bool: return bool(self.actors)
     def __enter__(self): return self
-    def __exit__(self, *a): self.shutdown()
+    def __exit__(self, *exc): self.shutdown(keep=False if exc[0] else None)
     def __repr__(self): return (f"RayWorkerPool(actors={len(self.actors) or self.num_actors}, num_cpus={self.num_cpus}, "
                                 f"num_gpus={self.num_gpus}, batched={self.batched}, started={self.started})")
+
+# %% ../nbs/06_ray.ipynb #f768f1e3
+_WARM = {"on": False}   # inside `warm_workers()`: a pool's shutdown keeps its workers
+_IDLE, _IDLE_LOCK = [], threading.Lock()  # (shape, actor, pid) of kept workers, their models unloaded
+
+def _adopt(ray, shape:tuple, n:int)->list:
+    "Up to `n` kept workers of this shape, alive and never restarted; every other kept worker is stopped, freeing its resources."
+    with _IDLE_LOCK:
+        idle = list(_IDLE); _IDLE.clear()
+    take, ok = [x for x in idle if x[0] == shape][:n], []
+    for s, a, pid in take:
+        try: alive = ray.get(a.info.remote(), timeout=30)["pid"] == pid  # a restarted worker spent some of its restarts
+        except Exception: alive = False
+        if alive: ok.append(a)
+    for s, a, pid in idle:
+        if not any(a is b for b in ok):
+            try: ray.kill(a, no_restart=True)
+            except Exception: pass
+    return ok
+
+def release_idle_workers()->int:
+    "Stop the workers kept by `warm_workers()`, freeing their CPUs/GPUs for other drivers on the cluster; returns how many."
+    with _IDLE_LOCK:
+        idle = list(_IDLE); _IDLE.clear()
+    ray = sys.modules.get("ray")
+    for _, a, _ in idle:
+        try: ray.kill(a, no_restart=True)
+        except Exception: pass
+    return len(idle)
+
+@contextlib.contextmanager
+def warm_workers():
+    "Inside this block a pool's `shutdown` keeps its worker processes (model unloaded) for the next pool of the same shape; leaving it stops them."
+    prev, _WARM["on"] = _WARM["on"], True
+    try: yield
+    finally:
+        _WARM["on"] = prev
+        if not prev: release_idle_workers()
 
 # %% ../nbs/06_ray.ipynb #7fa45c5d
 @patch
@@ -241,29 +308,43 @@ def _size(self:RayWorkerPool, ray)->int:
     return n
 
 @patch
+def _shape(self:RayWorkerPool, ray)->tuple:
+    "What a kept worker must match to serve this pool: the cluster, and the resources and options it was created with."
+    return (ray.get_runtime_context().gcs_address, self.num_cpus, self.num_gpus, tuple(sorted(self.resources.items())),
+            self.torch_threads, self.max_restarts, repr(sorted(self.actor_options.items())))
+
+@patch
 def start(self:RayWorkerPool, timeout:float=600, # seconds to wait for every worker to be placed and load its model
          )->list:
-    "Start the workers (once) and wait until each has built its work function; returns their `info()`."
+    "Start the workers (once: kept ones first, see `warm_workers`) and wait until each has built its work function; returns their `info()`."
     if self.actors: return self.infos
     ray = _ray()
     if not ray.is_initialized(): ray_init()
-    n = self._size(ray)
+    n, shape = self._size(ray), self._shape(ray)
+    kept = _adopt(ray, shape, n)
     opts = dict(num_cpus=self.num_cpus, num_gpus=self.num_gpus, max_restarts=self.max_restarts, max_task_retries=0,
                 **({"resources": self.resources} if self.resources else {}), **self.actor_options)
     cls = ray.remote(_Worker)
-    self.actors = [cls.options(**opts).remote(self.fn_factory, i, self.torch_threads, self.batched) for i in range(n)]
+    self.actors = kept + [cls.options(**opts).remote(None, i, self.torch_threads) for i in range(len(kept), n)]
+    self.kept, self._tag, self._ref = len(kept), uuid.uuid4().hex, ray.put(self.fn_factory)
+    for i, a in enumerate(self.actors): a.load.remote([self._ref], self._tag, i, self.batched)
     try: self.infos = ray.get([a.info.remote() for a in self.actors], timeout=timeout)
     except ray.exceptions.GetTimeoutError:
-        self.shutdown()
+        self.shutdown(keep=False)
         raise TimeoutError(f"Ray could not start {n} workers with {self.num_cpus} CPU / {self.num_gpus} GPU each "
                            f"within {timeout:.0f} s (free now: {ray.available_resources()}). Lower num_actors or the "
                            f"per-worker resources, add nodes, or raise `timeout` for slow model downloads.") from None
     errs = [i for i in self.infos if i["init_error"]]
     if errs:
-        self.shutdown()
+        self.shutdown(keep=False)
         raise RuntimeError(f"a Ray worker could not build its work function (fn_factory raised):\n{errs[0]['init_error']}\n"
                            f"Fix the factory; you can test it locally with `build_fn(fn_factory, store)`.")
     return self.infos
+
+@patch
+def spec(self:RayWorkerPool, worker:int)->dict:
+    "What every call to worker `worker` carries, so that a restarted or kept worker loads this pool's function first."
+    return {"factory": [self._ref], "tag": self._tag, "index": worker, "batched": self.batched}
 
 # %% ../nbs/06_ray.ipynb #56806582
 @patch
@@ -286,16 +367,23 @@ def ask(self:RayWorkerPool, f:Callable, # f(work_fn) -> a picklable value, e.g. 
        ):
     "Run `f` on a worker's loaded work function and return the result (e.g. the model's `describe()` for run keys)."
     self.start()
-    return _ray().get(self.actors[worker].apply.remote(f))
+    return _ray().get(self.actors[worker].apply.remote(f, self.spec(worker)))
 
 @patch
-def shutdown(self:RayWorkerPool):
-    "Stop the workers and free their resources."
+def shutdown(self:RayWorkerPool, keep:bool|None=None, # keep the workers for a later pool (None: inside `warm_workers()`)
+            ):
+    "Stop the workers and free their resources — or, inside `warm_workers()`, unload their models and keep them for the next pool."
     ray = _ray()
-    for a in self.actors:
-        try: ray.kill(a, no_restart=True)
-        except Exception: pass
-    self.actors, self.infos = [], []
+    keep = _WARM["on"] and not self.dirty if keep is None else keep
+    if keep and ray.is_initialized() and self.actors:
+        shape = self._shape(ray)
+        for a, inf in zip(self.actors, self.infos):
+            a.unload.remote(); _IDLE.append((shape, a, inf["pid"]))  # a worker restarted meanwhile has another pid: not adopted
+    else:
+        for a in self.actors:
+            try: ray.kill(a, no_restart=True)
+            except Exception: pass
+    self.actors, self.infos, self.dirty = [], [], False
 
 # %% ../nbs/06_ray.ipynb #c76461f6
 class _DriverLoop:
@@ -319,7 +407,7 @@ class _DriverLoop:
         s, items = self.slots[si], self.led.items
         g = s["actor"].run_batch.options(num_returns="streaming").remote(
             [(p, items[p] if self.prepare is None else self.prepare(items[p])) for p in batch], self.retry, self.seed,
-            self.blob_rel)
+            self.blob_rel, self.pool.spec(si))
         self.live[g] = [si, list(batch), set(), s["epoch"], next(self.seq)]; s["n"] += 1
 
     def worker_lost(self, si:int, epoch:int, q:int, left:list, err:BaseException):
@@ -451,7 +539,9 @@ def run(self:RayWorkerPool, items:Iterable, # work items (JSON-like; dicts usual
             per_task = max(1, min(int(batch_size), -(-len(led.todo) // (len(self.actors) * max_in_flight))))
             loop = _DriverLoop(self, led, per_task, retry=retry, seed=seed, max_in_flight=max_in_flight,
                                max_worker_deaths=max_worker_deaths, restart_timeout=restart_timeout, prepare=prepare)
+            self.dirty = True   # until the loop ends cleanly: a run stopped midway may leave batches running on the workers
             loop.run()
+            self.dirty = False
     extra = loop.extra if loop else {"worker_deaths": 0, "actor_restarts": 0, "resubmitted_items": 0, "worker_lost": 0,
                                      "deaths": []}
     return led.result(executor="ray", actors=len(self.actors), batch_size=loop.per_task if loop else int(batch_size), **extra)

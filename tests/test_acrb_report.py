@@ -138,11 +138,13 @@ def _closed_port() -> int:
 @pytest.mark.parametrize("endpoint", ["401", "refused"])
 def test_every_call_failing_stops_without_metrics(tmp_path, loopback, monkeypatch, endpoint):
     from acrb_nb.acrb.pipeline import run_acrb, AllCallsFailed
+    from acrb_nb.runner import RetryPolicy
     url = loopback.url if endpoint == "401" else f"http://127.0.0.1:{_closed_port()}/v1"
     monkeypatch.setenv("OPENAI_BASE_URL", url); monkeypatch.setenv("OPENAI_API_KEY", "dummy-key-for-the-loopback")
     run_dir = tmp_path / "run"
     with pytest.raises(AllCallsFailed) as e:
-        run_acrb("gpt-image-1", attributes=["gender"], n_base_prompts=1, run_dir=str(run_dir), progress=False)
+        run_acrb("gpt-image-1", attributes=["gender"], n_base_prompts=1, run_dir=str(run_dir), progress=False,
+                 retry=RetryPolicy(base_delay=0.01, max_delay=0.05))  # the refused connection is retried (5 times), quickly
     msg = str(e.value)
     assert "all 4 generation calls failed" in msg and "no metrics were written" in msg and "retry_failed=True" in msg
     assert ("401" in msg and "Incorrect API key" in msg) if endpoint == "401" else ("Connection" in msg)

@@ -160,6 +160,8 @@ def test_acrb_report_from_the_cli_on_ray(tmp_path, local_ray):
     """`acrb-report acrb --execution ray --ray-address <cluster>` (papermill in a subprocess): the report's kernel joins
     a running Ray cluster — the session's — as a second driver, runs its stages there and disconnects at the end
     without stopping the cluster. (Starting a local Ray is `ray_init(None)`, which the session's own start runs.)"""
+    from acrb_nb.ray_exec import release_idle_workers
+    release_idle_workers()  # workers this session kept hold the cluster's 2 CPUs; the report's driver needs them
     address = ray.get_runtime_context().gcs_address
     script = Path(sys.executable).parent / "acrb-report"
     cmd = [str(script), str(ROOT / "nbs" / "acrb.ipynb"), "-p", "model", "sim", "-p", "n_base_prompts", "3",

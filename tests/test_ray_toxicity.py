@@ -66,7 +66,7 @@ def test_score_dataset_on_ray_equals_local_executor(tmp_path, one_thread):
     # a dict works as well as an Execution; the Ray store is complete for the local executor and vice versa
     assert score_dataset(df, "tiny-gpt2", batch_size=4, run=tmp_path / "ray").summary["cached"] == 24
     again = score_dataset(df, "tiny-gpt2", batch_size=4, run=tmp_path / "local", contextual=False,
-                          execution={"executor": "ray", "num_actors": 1})
+                          execution={"executor": "ray", "num_actors": 1, "torch_threads": 1})
     assert again.summary["cached"] == 24 and "batches" not in again.summary
     # a store the local executor filled half-way is finished on Ray: no finished row is scored again (every key written
     # once), the rows Ray adds agree with the one-run scores (other batches, other padding: float-level differences)

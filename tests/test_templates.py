@@ -28,7 +28,7 @@ SMALL = {  # template -> parameters that keep the run short
     "toxicity": {"model": "tiny-gpt2", "max_rows": 24, "select": False, "ig_rows": 1, "ig_steps": 4, "ig_baseline_rows": 2},
     "fairness": {"n_boot": 200},
 }
-WRITES_RUNS = ("acrb", "toxicity")  # templates whose default run folder is under the working directory
+WRITES_RUNS = ("acrb", "toxicity", "iat")  # templates whose default run folder is under the working directory
 
 
 def _errors(ipynb: Path) -> list:

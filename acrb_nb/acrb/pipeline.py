@@ -18,7 +18,7 @@ from .judge import hard_refusals, judge_cues, clip_cues, judge_agreement
 from .detect import default_detector, PUBLIC_IMAGES
 from .metrics import acrb_long, acrb_summary, write_summary, analyse, plain_json
 from .. import validation
-from ..runner import StageResult
+from ..runner import RetryPolicy, StageResult
 from ..execution import Execution, AdapterRef
 
 # %% auto #0
@@ -60,14 +60,14 @@ def judge_ref(name:str, # a VISION_JUDGES name or clip:<encoder>
     if name.startswith("clip:"): return AdapterRef.of("image_text_encoder", name.split(":", 1)[1])
     return AdapterRef.of("vision_judge", name)
 
-def _apply_judge(run, name, df, attrs, seed, prefix, max_workers, progress=None, execution=None)->StageResult:
+def _apply_judge(run, name, df, attrs, seed, prefix, max_workers, progress=None, execution=None, retry=RetryPolicy())->StageResult:
     ref = judge_ref(name)
     if ref.kind == "image_text_encoder":
         out = clip_cues(ref, df, run, attrs, prefix=prefix, execution=execution, progress=progress)
         run.add_model(prefix, {"kind": "clip zero-shot cue scorer", **out.model_info})
         return out
     return judge_cues(run, ref, df, seed=seed, prefix=prefix, max_workers=max_workers, progress=progress,
-                      execution=execution)
+                      execution=execution, retry=retry)
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #aec69310
 class AllCallsFailed(RuntimeError):
@@ -89,12 +89,12 @@ def check_not_all_failed(stage2:pd.DataFrame, # from `acrb.generate.stage2_recor
         "URL, model name, network — and run again with retry_failed=True to re-attempt the failed calls (finished items are kept).")
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #03128096
-def _stage1(run, attrs, llm, domains, seed, progress)->pd.DataFrame:
+def _stage1(run, attrs, llm, domains, seed, progress, retry=RetryPolicy())->pd.DataFrame:
     "Stage I prompts (template or LLM mode), restricted to `domains`, recorded in the run."
     if llm:
         lm = TEXT_LMS.create(llm)
         run.add_model("stage1_llm", lm.describe())
-        st1 = stage1_prompts("v1", attrs, mode="llm", lm=lm, store=run, seed=seed, progress=progress)
+        st1 = stage1_prompts("v1", attrs, mode="llm", lm=lm, store=run, seed=seed, progress=progress, retry=retry)
     else: st1 = stage1_prompts("v1", attrs, seed=seed)
     s1 = st1.rows[st1.rows.domain.isin(domains)] if domains else st1.rows
     write_stage1(dataclasses.replace(st1, rows=s1), run.dir)
@@ -102,7 +102,7 @@ def _stage1(run, attrs, llm, domains, seed, progress)->pd.DataFrame:
     return s1
 
 def _stage2(run, model, mode, s1, attrs, n_base_prompts, images_per_prompt, source_dir, seed, max_workers, progress,
-            execution, retry_failed, note)->tuple:
+            execution, retry_failed, note, retry=RetryPolicy())->tuple:
     "(Stage I rows used, Stage II rows): generation or editing, failed calls re-attempted first when asked."
     gen = AdapterRef.of("image_generator" if mode == "t2i" else "image_editor", model)
     if mode == "t2i":
@@ -112,14 +112,15 @@ def _stage2(run, model, mode, s1, attrs, n_base_prompts, images_per_prompt, sour
         src = load_sources(source_dir or PUBLIC_IMAGES, n=n_base_prompts, seed=seed)
         run.add_input("sources", data=src.sha256.tolist())
         items = i2i_items(src, attrs, images_per_prompt, seed)
-    if retry_failed: generate(run, gen, items, max_workers=max_workers, progress=progress, execution=execution, retry_failed=True)
-    g2 = generate(run, gen, items, max_workers=max_workers, progress=progress, execution=execution)
+    if retry_failed: generate(run, gen, items, max_workers=max_workers, progress=progress, execution=execution, retry_failed=True,
+                              retry=retry)
+    g2 = generate(run, gen, items, max_workers=max_workers, progress=progress, execution=execution, retry=retry)
     note("stage2", g2.summary)
     s2 = stage2_records(run, items, g2.model_info)
     check_not_all_failed(s2)
     return s1, s2
 
-def _stage3(run, s1, s2, attrs, judges, seed, max_workers, progress, execution, note)->tuple:
+def _stage3(run, s1, s2, attrs, judges, seed, max_workers, progress, execution, note, retry=RetryPolicy())->tuple:
     "(Stage III rows, detector description): hard refusals, each base prompt's policy context, and the cue judge(s)."
     det = default_detector()
     run.add_model("hard_refusal_detector", det.describe())
@@ -128,7 +129,7 @@ def _stage3(run, s1, s2, attrs, judges, seed, max_workers, progress, execution, 
     s3["subject"] = s3.attribute_id.map(lambda a: phr[a][0]); s3["cues"] = s3.attribute_id.map(lambda a: phr[a][1])
     s3["adult_context"] = s3.base_id.map(dict(zip(s1.base_id, s1.adult_context))) if "base_id" in s3 else None
     for prefix, name in zip(("judge", "judge2"), judges):
-        r3 = _apply_judge(run, name, s3, attrs, seed, prefix, max_workers, progress, execution)
+        r3 = _apply_judge(run, name, s3, attrs, seed, prefix, max_workers, progress, execution, retry)
         s3 = r3.rows; note(prefix, r3.summary)
     return s3, det.describe()
 
@@ -241,6 +242,7 @@ def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry n
              labels=None, # a labels folder / labels.csv filled by hand (`export_labelling_sample`): E(a) and Δ_erasure corrected
              retry_failed:bool=False, # re-attempt Stage II calls stored as failed before the rest (not part of the spec)
              n_perm:int=2000, # permutation shuffles for each Δ's p-value
+             retry:RetryPolicy=RetryPolicy(), # transient-error policy of every model call (429, 5xx, timeouts; not part of the spec)
             )->AcrbResult:
     "Run (or resume) a full ACRB audit and compute its metrics."
     execution = Execution.of(execution)
@@ -268,11 +270,11 @@ def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry n
     try:
         run.note_session(execution=execution.to_dict())
         run.add_input("attributes", data=[dataclasses.asdict(a) for a in attrs.variants])
-        s1 = _stage1(run, attrs, llm, domains, seed, progress)
+        s1 = _stage1(run, attrs, llm, domains, seed, progress, retry)
         s1, s2 = _stage2(run, model, mode, s1, attrs, n_base_prompts, images_per_prompt, source_dir, seed, max_workers, progress,
-                         execution, retry_failed, note)
+                         execution, retry_failed, note, retry)
         judges = (params["judge"],) + ((judge2,) if judge2 else ())
-        s3, det = _stage3(run, s1, s2, attrs, judges, seed, max_workers, progress, execution, note)
+        s3, det = _stage3(run, s1, s2, attrs, judges, seed, max_workers, progress, execution, note, retry)
         long, A, C, summary = _summary(run, s3, spec, model, mode, judges, det, n_boot, n_perm, seed, exclude_policy_cells, labels, judge2)
         s3.drop(columns=["metadata"], errors="ignore").assign(cues=s3.cues.map(json.dumps), **{c: s3[c].map(json.dumps) for c in s3
                                                                                          if c.endswith("_probs")}).to_parquet(run.dir / "stage3_evaluation.parquet", index=False)
