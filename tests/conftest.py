@@ -106,17 +106,17 @@ def _is_ray_test(nodeid: str) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    "Mark every Ray test (a test_ray* module, or a test that uses `local_ray`) as one xdist group."
-    for item in items:
-        if "local_ray" in getattr(item, "fixturenames", ()) or _is_ray_test(item.nodeid):
-            item.add_marker(pytest.mark.xdist_group(RAY_GROUP))
+    "The Ray group is made of the test_ray* modules (see the scheduler below): a test using `local_ray` must live in one."
+    stray = [i.nodeid for i in items if "local_ray" in getattr(i, "fixturenames", ()) and not _is_ray_test(i.nodeid)]
+    if stray: raise pytest.UsageError(f"tests using local_ray must be in a tests/test_ray*.py module (one xdist group): {stray}")
 
 
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadgroup` that works with pytest 9: every Ray test goes to one worker, with that worker's one local Ray
     (two Ray clusters on 2 cores would each starve the other), while the other worker runs the servers, subprocesses
     and kills. xdist 3.8 groups by a suffix it writes into `item._nodeid`, which pytest 9 no longer reads (its node
-    ids live in `_id`), so the group would silently not form; this scheduler groups the Ray modules by their names."""
+    ids live in `_id`), so `xdist_group` marks would silently form no group; this scheduler groups the test_ray* modules
+    by their names."""
     if config.getvalue("dist") != "loadgroup": return None
     from xdist.scheduler import LoadGroupScheduling
 
