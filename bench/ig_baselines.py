@@ -7,6 +7,12 @@ largest share of rows whose gap reaches 0.5 nats; ties: the larger median gap), 
 that remove the text (`NO_TEXT_BASELINES`; blur, a smoothed copy of the text, is measured for comparison). A row whose gap is smaller has almost
 nothing to attribute, however well its integral converges. With `--ig-rows N` it also runs Integrated Gradients and the
 deletion / insertion checks for every candidate on N rows (`toxicity.faithfulness.compare_baselines`; minutes per row).
+With `--fillers`, more neutral filler tokens are measured as "filler" baselines beside them (`baseline_ids(filler=...)`):
+whether another "no text" token would leave more to attribute than " .". `--framing report` measures under the framing
+the toxicity report chooses for SmolLM2 on this sample (toxic/harmless labels, chat template, 4 in-context examples),
+and `--split evaluation` on the held-out rows. The header line also gives the share of rows with |f(x)| ≥ 0.5: where
+a text-free prompt scores near the undecided point (0), the gap is about the model's own confidence |f(x)|, which no
+choice of "no text" baseline can raise.
 
 The toxicity report makes the same choice itself (`ig_baseline="auto"`), on its own calibration rows and with the
 framing it chose there; this benchmark is what `explain_rows(baseline=...)`'s library default rests on.
@@ -16,10 +22,13 @@ Prints progress, the table, and ends with:
   share_<b> = share of the rows whose |f(x) − f(x′)| ≥ 0.5 nats with baseline b
 
 Usage: python bench/ig_baselines.py [--rows 24] [--ig-rows 0] [--baselines mean,zero,pad,filler,uniform,blur] [--model smollm2-135m]
+                                   [--framing seed|report] [--split calibration|evaluation]
+                                   [--fillers]   (adds filler:<name> rows for " ." (the default, as a check), " the", "\\n", " ", "_", "...", " -", " x", ",", " a")
 """
 import argparse, os, time
 os.environ.setdefault("HF_HUB_OFFLINE", "1"); os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("ACRB_PROGRESS", "0")
+import numpy as np
 import pandas as pd
 
 
@@ -30,36 +39,80 @@ def main(argv=None):
     ap.add_argument("--baselines", default="mean,zero,pad,filler,uniform,blur")
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--fillers", action="store_true", help="also measure other neutral filler tokens (adds about a minute)")
+    ap.add_argument("--framing", choices=["seed", "report"], default="seed",
+                    help="seed: toxicity, chat template, no examples; report: the framing the toxicity report chooses for "
+                         "SmolLM2 on the shipped sample (toxic/harmless, chat, 4 in-context examples drawn from the "
+                         "calibration rows, which then leave them; long prompts: about 4.5 minutes with --fillers)")
+    ap.add_argument("--split", choices=["calibration", "evaluation"], default="calibration",
+                    help="the rows measured; evaluation: the held-out rows, to check a choice made on calibration rows")
     a = ap.parse_args(argv)
+    if a.ig_rows and a.framing != "seed": ap.error("--ig-rows runs with the seed framing only")
     t0 = time.perf_counter()
     from acrb_nb.adapters.base import TEXT_LMS
     from acrb_nb.data import load_toxigen
-    from acrb_nb.toxicity.calibration import calibration_split
+    from acrb_nb.toxicity.calibration import calibration_split, pick_examples, with_examples, Framing, TOXIC_SAFE
     from acrb_nb.toxicity.explain import baseline_gaps, choose_baseline, NO_TEXT_BASELINES
     from acrb_nb.toxicity.faithfulness import compare_baselines
     lm = TEXT_LMS.create(a.model)
     tox = load_toxigen()
-    cal = tox[calibration_split(tox["label"].to_numpy(), 0.5, seed=0)]
+    mask = calibration_split(tox["label"].to_numpy(), 0.5, seed=0)
+    cal, task, chat = tox[mask], "toxicity", None
+    if a.framing == "report":
+        ex = pick_examples(cal, 4, seed=0)  # as `select_framing` draws them
+        cal, task, chat = cal.drop(index=list(ex.index)), with_examples(Framing(TOXIC_SAFE, True, 4), ex), True
+    rows = cal if a.split == "calibration" else tox[~mask]
     bl = a.baselines.split(",")
     parts = []
     for i in range(0, a.rows, 4):  # in blocks, to print progress
-        g = baseline_gaps(cal.iloc[i:min(i + 4, a.rows)], lm, baselines=bl)
+        g = baseline_gaps(rows.iloc[i:min(i + 4, a.rows)], lm, task, baselines=bl, chat=chat)
         parts.append(g.assign(row=g.row + i))
         print(f"  rows {min(i + 4, a.rows)}/{a.rows} [{time.perf_counter() - t0:.0f} s]", flush=True)
     gaps = pd.concat(parts, ignore_index=True)
+    if a.fillers:
+        gaps = pd.concat([gaps, filler_gaps(rows.iloc[:a.rows], lm, task, chat)], ignore_index=True)
+        print(f"  {len(FILLERS)} more fillers [{time.perf_counter() - t0:.0f} s]", flush=True)
+        if "filler" in bl:  # the same baseline computed both ways: filler:dot is the library's " ." filler
+            same = gaps.pivot_table(index="row", columns="baseline", values="f_baseline")
+            assert np.allclose(same["filler"], same["filler:dot"], atol=1e-4), same[["filler", "filler:dot"]]
     chosen, _ = choose_baseline(gaps[gaps.baseline.isin(NO_TEXT_BASELINES)])  # the default is chosen among "no text" baselines
     table = choose_baseline(gaps)[1]
     fx = gaps.drop_duplicates("row").f_x
-    print(f"gap |f(x) − f(baseline)| on {a.rows} calibration rows, seed framing (f(x): mean {fx.mean():.2f}, sd {fx.std():.2f})")
+    print(f"gap |f(x) − f(baseline)| on {a.rows} {a.split} rows, {a.framing} framing (f(x): mean {fx.mean():.2f}, sd {fx.std():.2f}; "
+          f"|f(x)| ≥ 0.5 on {(fx.abs() >= 0.5).mean():.0%})")
     print(table.round(3).to_string(index=False), flush=True)
     print(f"chosen among the baselines that remove the text {tuple(b for b in bl if b in NO_TEXT_BASELINES)}: {chosen}")
     if a.ig_rows:
-        cb = compare_baselines(cal.iloc[:a.ig_rows], lm, bl, n_steps=a.steps, n_boot=1000)
-        print(f"IG on {a.ig_rows} calibration rows [{time.perf_counter() - t0:.0f} s]")
+        cb = compare_baselines(rows.iloc[:a.ig_rows], lm, bl, n_steps=a.steps, n_boot=1000)
+        print(f"IG on {a.ig_rows} {a.split} rows [{time.perf_counter() - t0:.0f} s]")
         print(cb.round(3).to_string(index=False))
     share = table.set_index("baseline")["share_gap_ge_0.5"]
     print(f"[{time.perf_counter() - t0:.0f} s]")
-    print(f"RESULT chosen={chosen} share_chosen={share[chosen]:.3f} " + " ".join(f"share_{b}={share[b]:.3f}" for b in bl))
+    print(f"RESULT chosen={chosen} share_chosen={share[chosen]:.3f} " + " ".join(f"share_{b}={share[b]:.3f}" for b in bl)
+          + ("" if not a.fillers else f" share_best_filler={share[share.index.str.startswith('filler:')].max():.3f}"))
+
+
+FILLERS = {"dot": " .", "the": " the", "newline": "\n", "space": " ", "underscore": "_", "ellipsis": "...", "dash": " -", "x": " x",
+           "comma": ",", "a": " a"}
+
+
+def filler_gaps(data, lm, task="toxicity", chat=None):
+    "Like `baseline_gaps` for the `filler` baseline with each text of FILLERS in place of \" .\" (baselines named filler:<name>)."
+    import torch
+    from acrb_nb.adapters.text import context_length
+    from acrb_nb.toxicity.explain import LabelMargin, baseline_ids
+    from acrb_nb.toxicity.zeroshot import PromptEncoder, get_task, hf_parts
+    mdl, tok = hf_parts(lm)
+    enc = PromptEncoder(tok, get_task(task), chat=chat, context=context_length(mdl))  # the prompt `baseline_gaps` builds
+    out = []
+    with torch.no_grad():
+        for i, row in enumerate(enc.encode([str(t) for t in data["text"]])):
+            fn = LabelMargin(mdl, row)
+            fx = float(fn(fn.ids)[0])
+            for name, text in FILLERS.items():
+                fb = float(fn(torch.tensor([baseline_ids(row, tok, "filler", filler=text)], device=fn.dev))[0])
+                out.append({"row": i, "baseline": f"filler:{name}", "f_x": fx, "f_baseline": fb, "gap": abs(fx - fb)})
+    return pd.DataFrame(out)
 
 
 if __name__ == "__main__":
