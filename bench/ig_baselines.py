@@ -47,7 +47,6 @@ def main(argv=None):
     ap.add_argument("--split", choices=["calibration", "evaluation"], default="calibration",
                     help="the rows measured; evaluation: the held-out rows, to check a choice made on calibration rows")
     a = ap.parse_args(argv)
-    if a.ig_rows and a.framing != "seed": ap.error("--ig-rows runs with the seed framing only")
     t0 = time.perf_counter()
     from acrb_nb.adapters.base import TEXT_LMS
     from acrb_nb.data import load_toxigen
@@ -83,7 +82,7 @@ def main(argv=None):
     print(table.round(3).to_string(index=False), flush=True)
     print(f"chosen among the baselines that remove the text {tuple(b for b in bl if b in NO_TEXT_BASELINES)}: {chosen}")
     if a.ig_rows:
-        cb = compare_baselines(rows.iloc[:a.ig_rows], lm, bl, n_steps=a.steps, n_boot=1000)
+        cb = compare_baselines(rows.iloc[:a.ig_rows], lm, bl, n_steps=a.steps, n_boot=1000, task=task, chat=chat)
         print(f"IG on {a.ig_rows} {a.split} rows [{time.perf_counter() - t0:.0f} s]")
         print(cb.round(3).to_string(index=False))
     share = table.set_index("baseline")["share_gap_ge_0.5"]
