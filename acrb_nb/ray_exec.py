@@ -260,29 +260,33 @@ class RayWorkerPool:
 _WARM = {"on": False}   # inside `warm_workers()`: a pool's shutdown keeps its workers
 _IDLE, _IDLE_LOCK = [], threading.Lock()  # (shape, actor, pid) of kept workers, their models unloaded
 
-def _adopt(ray, shape:tuple, n:int)->list:
-    "Up to `n` kept workers of this shape, alive and never restarted; every other kept worker is stopped, freeing its resources."
+def _stop(ray, actors:Iterable):
+    "Kill these workers for good (no restart), ignoring ones already gone."
+    for a in actors:
+        try: ray.kill(a, no_restart=True)
+        except Exception: pass
+
+def _take_idle()->list:
+    "Every kept worker, removed from the kept list."
     with _IDLE_LOCK:
         idle = list(_IDLE); _IDLE.clear()
+    return idle
+
+def _adopt(ray, shape:tuple, n:int)->list:
+    "Up to `n` kept workers of this shape, alive and never restarted; every other kept worker is stopped, freeing its resources."
+    idle = _take_idle()
     take, ok = [x for x in idle if x[0] == shape][:n], []
     for s, a, pid in take:
         try: alive = ray.get(a.info.remote(), timeout=30)["pid"] == pid  # a restarted worker spent some of its restarts
         except Exception: alive = False
         if alive: ok.append(a)
-    for s, a, pid in idle:
-        if not any(a is b for b in ok):
-            try: ray.kill(a, no_restart=True)
-            except Exception: pass
+    _stop(ray, [a for _, a, _ in idle if not any(a is b for b in ok)])
     return ok
 
 def release_idle_workers()->int:
     "Stop the workers kept by `warm_workers()`, freeing their CPUs/GPUs for other drivers on the cluster; returns how many."
-    with _IDLE_LOCK:
-        idle = list(_IDLE); _IDLE.clear()
-    ray = sys.modules.get("ray")
-    for _, a, _ in idle:
-        try: ray.kill(a, no_restart=True)
-        except Exception: pass
+    idle = _take_idle()
+    if idle: _stop(sys.modules["ray"], [a for _, a, _ in idle])
     return len(idle)
 
 @contextlib.contextmanager
@@ -326,7 +330,7 @@ def start(self:RayWorkerPool, timeout:float=600, # seconds to wait for every wor
                 **({"resources": self.resources} if self.resources else {}), **self.actor_options)
     cls = ray.remote(_Worker)
     self.actors = kept + [cls.options(**opts).remote(None, i, self.torch_threads) for i in range(len(kept), n)]
-    self.kept, self._tag, self._ref = len(kept), uuid.uuid4().hex, ray.put(self.fn_factory)
+    self._tag, self._ref = uuid.uuid4().hex, ray.put(self.fn_factory)
     for i, a in enumerate(self.actors): a.load.remote([self._ref], self._tag, i, self.batched)
     try: self.infos = ray.get([a.info.remote() for a in self.actors], timeout=timeout)
     except ray.exceptions.GetTimeoutError:
@@ -377,12 +381,10 @@ def shutdown(self:RayWorkerPool, keep:bool|None=None, # keep the workers for a l
     keep = _WARM["on"] and not self.dirty if keep is None else keep
     if keep and ray.is_initialized() and self.actors:
         shape = self._shape(ray)
-        for a, inf in zip(self.actors, self.infos):
-            a.unload.remote(); _IDLE.append((shape, a, inf["pid"]))  # a worker restarted meanwhile has another pid: not adopted
-    else:
-        for a in self.actors:
-            try: ray.kill(a, no_restart=True)
-            except Exception: pass
+        for a in self.actors: a.unload.remote()
+        with _IDLE_LOCK:  # a worker restarted meanwhile has another pid: not adopted
+            _IDLE.extend((shape, a, inf["pid"]) for a, inf in zip(self.actors, self.infos))
+    else: _stop(ray, self.actors)
     self.actors, self.infos, self.dirty = [], [], False
 
 # %% ../nbs/06_ray.ipynb #c76461f6
