@@ -7,7 +7,7 @@ largest share of rows whose gap reaches 0.5 nats; ties: the larger median gap), 
 that remove the text (`NO_TEXT_BASELINES`; blur, a smoothed copy of the text, is measured for comparison). A row whose gap is smaller has almost
 nothing to attribute, however well its integral converges. With `--ig-rows N` it also runs Integrated Gradients and the
 deletion / insertion checks for every candidate on N rows (`toxicity.faithfulness.compare_baselines`; minutes per row).
-With `--fillers`, more neutral filler tokens are measured as "filler" baselines beside them (`baseline_ids(filler=...)`):
+With `--fillers`, more neutral filler tokens are measured as "filler" baselines beside them (`baseline_gaps(fillers=...)`):
 whether another "no text" token would leave more to attribute than " .". `--framing report` measures under the framing
 the toxicity report chooses for SmolLM2 on this sample (toxic/harmless labels, chat template, 4 in-context examples),
 and `--split evaluation` on the held-out rows. The header line also gives the share of rows with |f(x)| ≥ 0.5: where
@@ -64,13 +64,12 @@ def main(argv=None):
     bl = a.baselines.split(",")
     parts = []
     for i in range(0, a.rows, 4):  # in blocks, to print progress
-        g = baseline_gaps(rows.iloc[i:min(i + 4, a.rows)], lm, task, baselines=bl, chat=chat)
+        g = baseline_gaps(rows.iloc[i:min(i + 4, a.rows)], lm, task, baselines=bl, chat=chat,
+                          fillers=FILLERS if a.fillers else None)
         parts.append(g.assign(row=g.row + i))
         print(f"  rows {min(i + 4, a.rows)}/{a.rows} [{time.perf_counter() - t0:.0f} s]", flush=True)
     gaps = pd.concat(parts, ignore_index=True)
     if a.fillers:
-        gaps = pd.concat([gaps, filler_gaps(rows.iloc[:a.rows], lm, task, chat)], ignore_index=True)
-        print(f"  {len(FILLERS)} more fillers [{time.perf_counter() - t0:.0f} s]", flush=True)
         if "filler" in bl:  # the same baseline computed both ways: filler:dot is the library's " ." filler
             same = gaps.pivot_table(index="row", columns="baseline", values="f_baseline")
             assert np.allclose(same["filler"], same["filler:dot"], atol=1e-4), same[["filler", "filler:dot"]]
@@ -93,25 +92,6 @@ def main(argv=None):
 
 FILLERS = {"dot": " .", "the": " the", "newline": "\n", "space": " ", "underscore": "_", "ellipsis": "...", "dash": " -", "x": " x",
            "comma": ",", "a": " a"}
-
-
-def filler_gaps(data, lm, task="toxicity", chat=None):
-    "Like `baseline_gaps` for the `filler` baseline with each text of FILLERS in place of \" .\" (baselines named filler:<name>)."
-    import torch
-    from acrb_nb.adapters.text import context_length
-    from acrb_nb.toxicity.explain import LabelMargin, baseline_ids
-    from acrb_nb.toxicity.zeroshot import PromptEncoder, get_task, hf_parts
-    mdl, tok = hf_parts(lm)
-    enc = PromptEncoder(tok, get_task(task), chat=chat, context=context_length(mdl))  # the prompt `baseline_gaps` builds
-    out = []
-    with torch.no_grad():
-        for i, row in enumerate(enc.encode([str(t) for t in data["text"]])):
-            fn = LabelMargin(mdl, row)
-            fx = float(fn(fn.ids)[0])
-            for name, text in FILLERS.items():
-                fb = float(fn(torch.tensor([baseline_ids(row, tok, "filler", filler=text)], device=fn.dev))[0])
-                out.append({"row": i, "baseline": f"filler:{name}", "f_x": fx, "f_baseline": fb, "gap": abs(fx - fb)})
-    return pd.DataFrame(out)
 
 
 if __name__ == "__main__":

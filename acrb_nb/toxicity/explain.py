@@ -191,10 +191,11 @@ def baseline_inputs(fn:LabelMargin, # the row's margin function (vectors that ar
                     n_samples:int=4, # "expected": baselines averaged over
                     corpus:Sequence[int]|None=None, # "expected": token ids to draw from (None: the row's own text tokens)
                     sigma:float=2.0, # "blur": Gaussian kernel width in tokens
+                    filler:str=FILLER, # "filler": the text whose last token replaces each text token
                    )->list:
     "The baseline prompt(s) as id lists: one, or `n_samples` for expected gradients."
     import torch
-    if baseline in ("pad", "zero", "mask", "filler"): return [baseline_ids(fn.row, tokenizer, baseline, scope)]
+    if baseline in ("pad", "zero", "mask", "filler"): return [baseline_ids(fn.row, tokenizer, baseline, scope, filler)]
     if baseline not in BASELINES: raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
     row, W = fn.row, fn.embed.emb.weight.detach()
     ids = list(row.ids[:row.m])
@@ -291,6 +292,7 @@ def baseline_gaps(data, # DataFrame with a text column, or a list of texts (e.g.
                   max_text_tokens:int|None=None, # prompt setting: use the same as `score_dataset`
                   seed:int=0, # seeds the random baselines
                   n_samples:int=4, # "expected": baselines averaged over
+                  fillers:Mapping[str, str]|None=None, # more filler texts to measure, as baselines named "filler:<key>"
                   **model_kw, # options for `resolve_model`
                  )->pd.DataFrame:
     "Per row and baseline: f(x), f(x') and the gap |f(x) − f(x')| — forward passes only, what there is to attribute."
@@ -303,9 +305,11 @@ def baseline_gaps(data, # DataFrame with a text column, or a list of texts (e.g.
         for i, row in enumerate(enc.encode(texts)):
             fn = LabelMargin(mdl, row)
             fx = float(fn(fn.ids)[0])
-            for b in baselines:  # one pass per baseline, right after it is built: vectors that are no token live on `fn.embed` until the next
-                fb = float(fn(torch.tensor(baseline_inputs(fn, tok, b, seed=seed, n_samples=n_samples), device=fn.dev)).mean())
-                out.append({"row": i, "baseline": b, "f_x": fx, "f_baseline": fb, "gap": abs(fx - fb)})
+            cands = [(b, b, FILLER) for b in baselines] + [(f"filler:{k}", "filler", t) for k, t in (fillers or {}).items()]
+            for name, b, ft in cands:  # one pass per baseline, right after it is built: vectors that are no token live on `fn.embed` until the next
+                ids = baseline_inputs(fn, tok, b, seed=seed, n_samples=n_samples, filler=ft)
+                fb = float(fn(torch.tensor(ids, device=fn.dev)).mean())
+                out.append({"row": i, "baseline": name, "f_x": fx, "f_baseline": fb, "gap": abs(fx - fb)})
     return pd.DataFrame(out)
 
 def choose_baseline(gaps:pd.DataFrame, # from `baseline_gaps`
