@@ -13,9 +13,9 @@ import numpy as np
 # %% auto #0
 __all__ = ['REDACTED', 'KEY_PATTERNS', 'KEY_PACKAGES', 'freeze', 'thaw', 'canonical_json', 'sha256_hex', 'file_sha256',
            'item_key', 'secret_values', 'is_credential_name', 'check_no_secrets', 'redact', 'rng', 'seed_int',
-           'safe_name', 'RunSpec', 'git_info', 'package_versions', 'environment_info', 'utcnow', 'atomic_write',
-           'data_path', 'indefinite_article', 'capitalize_first', 'ConfigError', 'ConfigMapping', 'read_yaml',
-           'check_keys', 'peak_rss_gb', 'PeakMemory']
+           'safe_name', 'as_list', 'RunSpec', 'git_info', 'package_versions', 'environment_info', 'utcnow',
+           'atomic_write', 'data_path', 'indefinite_article', 'capitalize_first', 'ConfigError', 'ConfigMapping',
+           'read_yaml', 'check_keys', 'peak_rss_gb', 'PeakMemory']
 
 # %% ../nbs/00_core.ipynb #84acb545
 def freeze(o, # a JSON-like value: dicts, lists, tuples, scalars
@@ -165,6 +165,21 @@ def safe_name(s:str, # a model, study or dataset name (hub ids with '/', spaces,
     return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", str(s)).strip("_.") or "_"
 
 _safe_name = safe_name  # the old private name, until every importer uses `safe_name`
+
+# %% ../nbs/00_core.ipynb #4b741627
+def as_list(value, # None, one name, comma-separated names ("culture, gender"), or a list / tuple of names
+            name:str="value", # the parameter's name, for the error message
+           )->list|None:
+    "A list parameter read one way everywhere: None → None, 'religion' → ['religion'], 'culture,gender' → ['culture', 'gender']."
+    if value is None: return None
+    if isinstance(value, str): return [s.strip() for s in value.split(",") if s.strip()]
+    if isinstance(value, Mapping) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{name} takes one name, comma-separated names or a list of names (e.g. ['culture', 'gender']), "
+                        f"got {type(value).__name__} {value!r}")
+    out = list(value)
+    if bad := [v for v in out if not isinstance(v, (str, int, float)) or isinstance(v, bool)]:
+        raise TypeError(f"{name} must list names, got {bad!r} in {value!r}")
+    return out
 
 # %% ../nbs/00_core.ipynb #644bc358
 @dataclasses.dataclass(frozen=True)

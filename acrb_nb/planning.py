@@ -10,7 +10,8 @@ from .adapters.base import IMAGE_GENERATORS, IMAGE_EDITORS, RegistryEntry
 from .adapters.images import GOOGLE_IMAGE_PRICES, OPENAI_IMAGE_PRICES, openai_image_cost
 
 # %% auto #0
-__all__ = ['declared', 'wall_hours', 'image_price', 'judge_correlation', 'labels_for_width', 'width_for_labels']
+__all__ = ['declared', 'wall_hours', 'image_price', 'judge_correlation', 'labels_for_width', 'width_for_labels', 'usd',
+           'duration']
 
 # %% ../nbs/08_planning.ipynb #11ba4392
 from .execution import DEFAULT_CONCURRENCY # the concurrency `execution.run_model_items` uses when nothing else sets it (4)
@@ -85,3 +86,22 @@ def width_for_labels(n_labels:float, # labels per group
     "Full width of the PPI++ 95% interval of a group rate with `n_labels` labels (asymptotic)."
     z = special.ndtri(1 - alpha / 2); s2 = base_rate * (1 - base_rate)
     return 2 * z * math.sqrt(s2 * (1 - rho * rho) / n_labels + s2 * rho * rho / n_items)
+
+# %% ../nbs/08_planning.ipynb #0f2be077
+def usd(x:float|None, # dollars (None or NaN: unknown)
+       )->str:
+    "A cost for people: '$0.04', '$1.72', '$1,234', 'unknown'."
+    if x is None or (isinstance(x, float) and math.isnan(x)): return "unknown"
+    if x == 0: return "$0"
+    if x < 0.01: return "< $0.01"
+    return f"${x:,.2f}" if x < 100 else f"${x:,.0f}"
+
+def duration(hours:float|None, # hours (None or NaN: unknown)
+            )->str:
+    "A wall time for people: '< 1 min', '10 min', '2.5 h', '4.2 days', 'unknown'."
+    if hours is None or (isinstance(hours, float) and math.isnan(hours)): return "unknown"
+    m = hours * 60
+    if m < 1: return "< 1 min"
+    if hours < 2: return f"{m:.0f} min"
+    if hours < 72: return f"{hours:.1f} h"
+    return f"{hours / 24:.1f} days"

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 # %% auto #0
-__all__ = ['HEADLINE_MIME', 'STUDIES', 'ParameterError', 'SecretParameterError', 'template_parameters', 'parse_value',
-           'check_secrets', 'scan_for_secrets', 'check_parameters', 'headline', 'read_headlines', 'build_index',
-           'absolute_paths', 'ReportResult', 'render_report', 'find_nbs', 'resolve_template', 'execution_parameters',
-           'main']
+__all__ = ['HEADLINE_MIME', 'STOP_MIME', 'MODEL_PARAMETERS', 'INPUT_PATHS', 'REPORT_CSS', 'STUDIES', 'ParameterError',
+           'SecretParameterError', 'template_parameters', 'parse_value', 'check_secrets', 'scan_for_secrets',
+           'is_list_parameter', 'list_parameters', 'check_parameters', 'headline', 'read_headlines', 'stop_report',
+           'build_index', 'absolute_paths', 'check_inputs', 'ReportResult', 'render_report', 'find_nbs',
+           'resolve_template', 'execution_parameters', 'main']
 
 # %% ../nbs/90_report.ipynb #47692c28
 class ParameterError(ValueError):
@@ -126,57 +127,70 @@ def _type_ok(value, default) -> bool:
 
 _ANNOTATED = {"str": "", "int": 0, "float": 0.0, "bool": False, "list": [], "List": [], "dict": {}, "Dict": {}}
 
+def _kinds(annotation) -> list:
+    return [t for t in re.findall(r"\w+", annotation or "") if t in _ANNOTATED]
+
 def _annotated_ok(value, annotation:str) -> bool | None:
-    "Whether `value` fits a parameter annotated like `'Union[str, list]'` (a string is then one name: no comma); None without a usable annotation."
-    kinds = [t for t in re.findall(r"\w+", annotation or "") if t in _ANNOTATED]
+    "Whether `value` fits a parameter annotated like `'Optional[list]'` or `'Union[str, list]'`; None without a usable annotation."
+    kinds = _kinds(annotation)
     if not kinds: return None
-    if isinstance(value, str) and "," in value and {"list", "List"} & set(kinds): return False  # 'a,b' was meant as a list
     return value is None or any(_type_ok(value, _ANNOTATED[t]) for t in kinds)
+
+def is_list_parameter(spec: Mapping) -> bool:
+    "Whether a template parameter (an entry of `template_parameters`) takes a list: its default is one, or its annotation says list."
+    return isinstance(spec.get("default"), (list, tuple)) or bool({"list", "List"} & set(_kinds(spec.get("type"))))
+
+def list_parameters(params: Mapping[str, Any], # parameters to pass
+                    specs: Mapping[str, dict], # the template's parameters, from `template_parameters`
+                   ) -> dict:
+    "`params` with each list parameter given as a string read by `core.as_list`: 'religion' → ['religion'], 'a,b' → ['a', 'b']."
+    from acrb_nb.core import as_list  # the one rule the templates and the studies apply too
+    return {k: as_list(v, k) if isinstance(v, str) and k in specs and is_list_parameter(specs[k]) else v
+            for k, v in params.items()}
 
 def _example(name, default) -> str:
     if isinstance(default, (list, tuple, dict)): return f"-y '{name}: {json.dumps(default)}'"
     return f"-p {name} {default}"
 
-def _check_execution(value, template:str):
-    "The `execution` parameter, read as the studies read it (`Execution.of`), so a typo fails before papermill starts."
-    from acrb_nb.execution import Execution  # imported when needed: `acrb-report --help` stays instant
-    try: Execution.of(value)
-    except (TypeError, ValueError) as e:
-        raise ParameterError(f"parameter 'execution' of {template}: {e}; e.g. -p execution ray, or "
-                             f"-y 'execution: {{executor: ray, num_gpus: 1}}'") from None
+_READERS = {  # parameters every study reads with one function: the CLI reads them the same way, so a typo fails first
+    "execution": ("Execution", "-p execution ray, or -y 'execution: {executor: ray, num_gpus: 1}'"),
+    "budget": ("Budget", "--budget '{rpm: 60, concurrency: 4}', -y 'budget: {gpt-image-1: {rpm: 20}}' or -p budget unlimited"),
+}
 
-def _check_budget(value, template:str):
-    "The `budget` parameter, read as the studies read it (`Budget.of`), so a typo fails before papermill starts."
-    from acrb_nb.execution import Budget  # imported when needed: `acrb-report --help` stays instant
-    try: Budget.of(value)
-    except (TypeError, ValueError) as e:
-        raise ParameterError(f"parameter 'budget' of {template}: {e}; e.g. --budget '{{rpm: 60, concurrency: 4}}', "
-                             f"-y 'budget: {{gpt-image-1: {{rpm: 20}}}}' or -p budget unlimited") from None
+def _problem(k, v, spec, template) -> str | None:
+    "What is wrong with parameter `k` = `v`, or None."
+    if k in _READERS:  # one option, one type everywhere (06a_execution): read as the studies read it
+        from acrb_nb import execution  # imported when needed: `acrb-report --help` stays instant
+        cls, eg = _READERS[k]
+        try: getattr(execution, cls).of(v)
+        except (TypeError, ValueError) as e: return f"parameter {k!r} of {template}: {e}; e.g. {eg}"
+        return None
+    d, ann = spec["default"], _annotated_ok(v, spec.get("type"))
+    if ann is True or (ann is None and _type_ok(v, d)): return None
+    want = spec["type"] if ann is False else next((n for t, n in _TYPE_NAMES.items() if isinstance(d, t)), type(d).__name__)
+    return (f"parameter {k!r} of {template} expects {want} like its default {spec['source']}, got {type(v).__name__} {v!r}; "
+            f"e.g. {_example(k, d)}")
 
-def check_parameters(params: Mapping[str, Any], # parameters to pass
+def check_parameters(params: Mapping[str, Any], # parameters to pass (list parameters already read by `list_parameters`)
                      specs: Mapping[str, dict], # the template's parameters, from `template_parameters`
                      template: str = "the template", # template name for error messages
+                     lines: Mapping[str, int] | None = None, # line of each parameter in a config file, for the messages
                     ) -> None:
-    "Raise `ParameterError` for unknown parameter names or values whose type does not match the default."
-    unknown = [k for k in params if k not in specs]
-    if unknown:
-        valid = ", ".join(f"{k}={v['source']}" for k, v in specs.items()) or "(none: it has no cell tagged 'parameters')"
-        raise ParameterError(f"unknown parameter(s) {', '.join(map(repr, unknown))} for {template}; "
-                             f"its parameters (with defaults) are: {valid}")
+    "Raise one `ParameterError` listing every unknown name (with a close match) and every value of the wrong type."
+    import difflib
+    at = lambda k: f" (line {lines[k]})" if lines and lines.get(k) else ""
+    problems = []
     for k, v in params.items():
-        if k == "execution":  # one option, one type everywhere: "local", "ray", a dict of Execution fields (06a_execution)
-            _check_execution(v, template); continue
-        if k == "budget":  # provider budgets of API models: None, "unlimited", a dict, or {model: dict} (06a_execution)
-            _check_budget(v, template); continue
-        d = specs[k]["default"]
-        ann = _annotated_ok(v, specs[k].get("type"))
-        if ann is False and isinstance(v, str) and "," in v:
-            raise ParameterError(f"parameter {k!r} of {template} expects list like its default {specs[k]['source']} for several "
-                                 f"values (a string is one value), got {v!r}; e.g. {_example(k, d)}")
-        if ann is False or (ann is None and not _type_ok(v, d)):
-            want = specs[k]["type"] if ann is False else next((n for t, n in _TYPE_NAMES.items() if isinstance(d, t)), type(d).__name__)
-            raise ParameterError(f"parameter {k!r} of {template} expects {want} like its default {specs[k]['source']}, "
-                                 f"got {type(v).__name__} {v!r}; e.g. {_example(k, d)}")
+        if k not in specs:
+            close = difflib.get_close_matches(str(k), list(specs), n=1)
+            problems.append(f"unknown parameter {k!r} for {template}{at(k)}" + (f": did you mean {close[0]!r}?" if close else ""))
+        elif (p := _problem(k, v, specs[k], template)): problems.append(p + at(k))
+    if not problems: return
+    valid = ", ".join(f"{k}={v['source']}" for k, v in specs.items()) or "(none: it has no cell tagged 'parameters')"
+    head = problems[0] if len(problems) == 1 else f"{len(problems)} problems with the parameters of {template}:\n" + \
+           "\n".join(f"  {i}. {p}" for i, p in enumerate(problems, 1))
+    tail = (f"; its parameters (with defaults) are: {valid}" if any(p.startswith("unknown parameter") for p in problems) else "")
+    raise ParameterError(head + tail)
 
 # %% ../nbs/90_report.ipynb #fb91cd56
 HEADLINE_MIME = "application/vnd.acrb.headline+json"
@@ -223,6 +237,26 @@ def read_headlines(ipynb: str | Path, # an executed report notebook
             out.update({k: v[k] for k in order if k in v})
             out.update(v)
     return out
+
+# %% ../nbs/90_report.ipynb #04945c89
+STOP_MIME = "application/vnd.acrb.stop+json"
+
+def stop_report(message: str, # what the reader is told, once, where the report ends, e.g. "plan_only=True: nothing was run"
+               ) -> None:
+    "End the report here: later code cells do nothing, and the published HTML ends after this cell, with `message`."
+    try: from IPython import get_ipython
+    except ImportError: get_ipython = lambda: None
+    ip = get_ipython()
+    if ip is None: print(message); return
+    from IPython.display import display
+    display({"text/markdown": f"**{message}**", "text/plain": message, STOP_MIME: {"message": message}}, raw=True)
+    ip.input_transformers_cleanup.append(lambda lines: ["pass\n"])  # every later cell's code becomes `pass`
+
+def _cut_at_stop(cells: list) -> list:
+    "The cells up to and including the first one whose outputs carry `STOP_MIME` (all of them when none does)."
+    for i, c in enumerate(cells):
+        if any(STOP_MIME in (o.get("data") or {}) for o in c.get("outputs", [])): return cells[: i + 1]
+    return cells
 
 # %% ../nbs/90_report.ipynb #c7ccfa8f
 def _error_of(ipynb: Path) -> str | None:
@@ -283,6 +317,9 @@ def _index_html(rows: list[dict], generated: str) -> str:
         status = f"<span class='{e(r['status'])}'>{e(r['status'])}</span>"
         if r.get("error"): status += f"<div class='err'>{e(r['error'][:300])}</div>"
         if r.get("redacted"): status += f"<div class='warn'>redacted: {e(', '.join(r['redacted']))}</div>"
+        if (la := r.get("last_attempt")):  # a later attempt failed; the report shown is the last good one
+            status += (f"<div class='warn'>a later attempt failed ({e(_when(la.get('executed')))}): {e((la.get('error') or '')[:200])}"
+                       + (f" · <a href='{e(la['html'])}'>failed attempt</a>" if la.get("html") else "") + "</div>")
         body.append(f"<tr><td>{e(r['study'])}</td><td>{e(str(r['model']))}</td><td class='num'>{_when(r.get('executed'))}</td>"
                     f"<td class='num'>{_dur(r.get('duration_s'))}</td><td>{status}</td>"
                     f"<td>{'<dl>' + heads + '</dl>' if heads else '–'}</td><td><code>{e(params) or 'defaults'}</code></td>"
@@ -303,10 +340,16 @@ def build_index(out_dir: str | Path = "reports", # reports folder holding <study
     from acrb_nb import __version__
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, attempts = [], {}
     for ipynb in sorted(root.glob("*/*.ipynb")):
-        try: rows.append(_row(ipynb, root))
-        except (OSError, ValueError) as e: warnings.warn(f"skipping unreadable report {ipynb}: {e}")
+        try: row = _row(ipynb, root)
+        except (OSError, ValueError) as e: warnings.warn(f"skipping unreadable report {ipynb}: {e}"); continue
+        (attempts if ipynb.name.endswith(".failed.ipynb") else {}).update({(row["study"], str(row["model"])): row})
+        if not ipynb.name.endswith(".failed.ipynb"): rows.append(row)
+    for r in rows:  # a failed attempt beside a good report: the report stays, the attempt is noted
+        if (la := attempts.pop((r["study"], str(r["model"])), None)):
+            r["last_attempt"] = {k: la[k] for k in ("status", "executed", "error", "html", "ipynb")}
+    rows += attempts.values()  # failed attempts with no good report: they are the row
     seen = {(r["study"], str(r["model"])) for r in rows}
     old = root / "index.json"
     if old.exists():  # keep published reports whose (git-ignored) notebook is not here
@@ -339,14 +382,53 @@ def absolute_paths(params: Mapping[str, Any], # parameters about to be passed to
         if _pathlike_name(k) or (looks and (base / p).exists()): out[k] = str(base / p)
     return out
 
+# %% ../nbs/90_report.ipynb #4e67ee80
+def _acrb_models(p):
+    yield "model", p.get("model"), ("image_editor",) if p.get("mode") == "i2i" else ("image_generator",)
+    for j in ("judge", "judge2"):
+        v = p.get(j)
+        if isinstance(v, str) and v and v != "auto":
+            yield (j, v.split(":", 1)[1], ("image_text_encoder",)) if v.startswith("clip:") else (j, v, ("vision_judge",))
+    if p.get("llm"): yield "llm", p["llm"], ("text_lm",)
+
+def _iat_models(p):
+    text = p.get("design") == "text"
+    yield "model", p.get("model"), ("text_lm",) if text else ("vision_judge",)
+    if not text and p.get("images") is None: yield "generator", p.get("generator"), ("image_generator",)
+    if p.get("encoder"): yield "encoder", p["encoder"], ("image_text_encoder",)
+
+MODEL_PARAMETERS = {  # study template → (parameter, name, registry kinds) of every model it will load or call
+    "acrb": _acrb_models,
+    "toxicity": lambda p: [("model", p.get("model"), ("text_lm",))],
+    "iat": _iat_models,
+}
+INPUT_PATHS = ("preds", "source_dir", "labels", "images", "image_dir")  # and every *_file parameter: inputs that must exist
+
+def check_inputs(study: str, # the template's study name (a key of `MODEL_PARAMETERS`, or your own template's)
+                 params: Mapping[str, Any], # every parameter the template will see: its defaults updated with yours
+                 template: str = "the template", # for messages
+                ) -> None:
+    "Raise one `ParameterError` for every model name that does not resolve and every input path that does not exist."
+    from acrb_nb.adapters.base import resolve_model_name  # loads the registries, not the models
+    problems = []
+    for k, name, kinds in MODEL_PARAMETERS.get(study, lambda p: [])(params):
+        try: resolve_model_name(name, kinds, where=f"parameter {k!r}")
+        except ValueError as e: problems.append(str(e))
+    for k, v in params.items():
+        if (k in INPUT_PATHS or k.endswith("_file")) and isinstance(v, str) and v and not Path(v).expanduser().exists():
+            problems.append(f"parameter {k!r}: {v} not found" + ("" if Path(v).is_absolute() else f" (read from {Path.cwd()})"))
+    if problems:
+        raise ParameterError(problems[0] if len(problems) == 1 else
+                             f"{len(problems)} problems with the inputs of {template}:\n" + "\n".join(f"  {i}. {p}" for i, p in enumerate(problems, 1)))
+
 # %% ../nbs/90_report.ipynb #677e8f49
 @dataclass(frozen=True)
 class ReportResult:
     "What `render_report` produced: where the files are and whether the run succeeded."
     study: str # study name: `reports/<study>/`
     model: str # model name: `reports/<study>/<model>.ipynb`
-    ipynb: Path | None # executed notebook (partial if the run failed; None if nothing was written)
-    html: Path | None # HTML rendering
+    ipynb: Path | None # executed notebook: `<model>.ipynb` on success, `<model>.failed.ipynb` (partial) on failure
+    html: Path | None # its HTML rendering
     ok: bool # True if every cell ran
     error: str | None = None # the error, for a failed run
     seconds: float = 0.0 # wall-clock execution time
@@ -357,18 +439,21 @@ def _slug(s: str) -> str:
     "A file-name-safe version of a model or study name (`org/model:v1` → `org-model-v1`)."
     return re.sub(r"[^A-Za-z0-9._+-]+", "-", str(s)).strip("-.") or "default"
 
-def _load_params(config, parameters) -> dict:
-    params = {}
+def _load_params(config, parameters) -> tuple[dict, dict]:
+    "(parameters, line of each in the config file): the config file's, then `parameters` over them."
+    params, lines = {}, {}
     if config is not None:
-        import yaml
+        from acrb_nb.core import read_yaml  # strict, as every config of the toolkit: a repeated key is an error
         cfg = Path(config)
         if not cfg.exists(): raise FileNotFoundError(f"config file {cfg} not found (configs live under configs/)")
-        loaded = yaml.safe_load(cfg.read_text(encoding="utf-8")) or {}
+        loaded = read_yaml(cfg, ParameterError)
+        loaded = {} if loaded is None else loaded
         if not isinstance(loaded, dict):
             raise ParameterError(f"config {cfg} must be a YAML mapping of parameter: value, got {type(loaded).__name__}")
         params.update(loaded)
+        lines = {k: loaded.line(k) for k in loaded} if hasattr(loaded, "line") else {}
     params.update(parameters or {})
-    return params
+    return params, {k: v for k, v in lines.items() if k not in (parameters or {})}
 
 # %% ../nbs/90_report.ipynb #659c79c1
 def _provenance_html(study, model, ok, error, seconds, params) -> str:
@@ -381,15 +466,25 @@ def _provenance_html(study, model, ok, error, seconds, params) -> str:
             f"Report <b>{e(study)}</b> · model <b>{e(str(model))}</b> · {e(status)} · executed {when} in {seconds:.1f} s"
             f" · parameters: <code>{e(ps)}</code> · acrb_nb {e(__version__)}</div>")
 
+# JupyterLab's output area is a table cell, which grows with a wide table instead of scrolling: at 1,280 px the right
+# columns of a wide DataFrame fell off the page. Outputs become blocks that scroll sideways inside the page.
+REPORT_CSS = """
+.jp-OutputArea-child{display:flex;width:100%}
+.jp-OutputArea-output{display:block;min-width:0;max-width:100%;overflow-x:auto}
+.jp-OutputArea-output table{max-width:none}
+"""
+
 def _export_html(ipynb: Path, html_path: Path, header: str, hide_input: bool, title: str):
     import nbformat
     from nbconvert import HTMLExporter
     nb = nbformat.read(str(ipynb), as_version=4)
+    nb.cells = _cut_at_stop(nb.cells)  # a report ended with `stop_report` is published up to that point
     nb.cells.insert(0, nbformat.v4.new_markdown_cell(header))
     ex = HTMLExporter(exclude_input=hide_input, exclude_input_prompt=hide_input, exclude_output_prompt=hide_input)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # nbformat's MissingIDFieldWarning on old templates
         body, _ = ex.from_notebook_node(nb, resources={"metadata": {"name": title}})
+    body = body.replace("</head>", f"<style>{REPORT_CSS}</style>\n</head>", 1)
     html_path.write_text(body, encoding="utf-8")
 
 def _stamp(ipynb: Path, meta: dict):
@@ -412,56 +507,69 @@ def render_report(template: str | Path, # report notebook, e.g. nbs/acrb.ipynb
                   kernel_name: str = "python3", # Jupyter kernel to execute with
                   timeout: float | None = None, # per-cell timeout in seconds (None: no limit)
                  ) -> ReportResult:
-    "Execute `template` with papermill, render it to HTML, redact leaked secrets and rebuild the index."
+    "Check every input, execute `template` with papermill, render it to HTML, redact leaked secrets, publish it if it ran, index it."
     template = Path(template)
     if not template.exists():
         raise FileNotFoundError(f"report template {template} not found; templates are nbs/<study>.ipynb "
                                 f"(acrb, toxicity, fairness, iat)")
-    params = _load_params(config, parameters)
-    check_secrets({**params, "model": model} if model is not None else params)  # before anything is written
+    # 1. inputs, before anything is written: secrets, names and types, list parameters, models, input paths
+    params, lines = _load_params(config, parameters)
+    check_secrets({**params, "model": model} if model is not None else params)
     specs = template_parameters(template)
     if model is not None and "model" in specs and "model" not in params: params["model"] = model
-    check_parameters(params, specs, template.name)
+    params = list_parameters(params, specs)
+    check_parameters(params, specs, template.name, lines)
     study = study or template.stem
     if model is None:
         model = params.get("model", specs.get("model", {}).get("default"))
         if not isinstance(model, str): model = "default" if model in (None, _NO_DEFAULT) else str(model)
+    params = absolute_paths(params, paths_from)  # -p preds data/x.csv means the user's data/x.csv, not nbs/data/x.csv
+    defaults = {k: v["default"] for k, v in specs.items() if v["default"] is not _NO_DEFAULT}
+    check_inputs(study, {**defaults, **params}, template.name)
+
+    # 2. execute into a staging folder beside the report: a failed attempt never replaces a good report
     out = Path(out_dir) / _slug(study)
     out.mkdir(parents=True, exist_ok=True)
-    ipynb, html_path = out / f"{_slug(model)}.ipynb", out / f"{_slug(model)}.html"
-    for p in (ipynb, html_path): p.unlink(missing_ok=True)  # never mistake a stale file for this run's
-
-    params = absolute_paths(params, paths_from)  # -p preds data/x.csv means the user's data/x.csv, not nbs/data/x.csv
-    import papermill as pm
-    t0, ok, error = time.perf_counter(), True, None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            pm.execute_notebook(str(template), str(ipynb), parameters=dict(params), cwd=str(cwd or Path.cwd()),
-                                kernel_name=kernel_name, execution_timeout=timeout, progress_bar=False, log_output=False,
-                                # ipykernel's start-up chatter ("running over TCP without encryption") is noise here
-                                extra_arguments=["--IPKernelApp.log_level=ERROR"] if kernel_name.startswith("python") else [])
-    except Exception as e:  # PapermillExecutionError, kernel death, timeouts: the report is published as failed
-        ok = False
-        error = (_error_of(ipynb) if ipynb.exists() else None) or f"{type(e).__name__}: {e}"
-    seconds = time.perf_counter() - t0
-
-    if ipynb.exists():
-        header = _provenance_html(study, model, ok, error, seconds, params)
-        _export_html(ipynb, html_path, header, hide_input, f"{study} · {model}")
-    else: html_path = None
-    files = [p for p in (ipynb, html_path) if p is not None and p.exists()]
-    hits = scan_for_secrets(files, redact=True)
-    redacted = tuple(sorted({h["name"] for h in hits}))
-    if redacted:
-        warnings.warn(f"secret(s) {', '.join(redacted)} appeared in the {study}/{model} report and were replaced "
-                      f"by {REDACTED}; find what printed them (a client error message?) and stop it")
-    if ipynb.exists():
-        _stamp(ipynb, dict(study=study, model=model, ok=ok, error=error, seconds=round(seconds, 3),
-                           html=html_path.name if html_path else None, redacted=list(redacted)))
-    heads = read_headlines(ipynb) if ipynb.exists() else {}
+    final = {"ipynb": out / f"{_slug(model)}.ipynb", "html": out / f"{_slug(model)}.html"}
+    failed = {"ipynb": out / f"{_slug(model)}.failed.ipynb", "html": out / f"{_slug(model)}.failed.html"}
+    import papermill as pm, tempfile
+    with tempfile.TemporaryDirectory(dir=out, prefix=".rendering-") as stage:
+        ipynb, html_path = Path(stage, final["ipynb"].name), Path(stage, final["html"].name)
+        t0, ok, error = time.perf_counter(), True, None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                pm.execute_notebook(str(template), str(ipynb), parameters=dict(params), cwd=str(cwd or Path.cwd()),
+                                    kernel_name=kernel_name, execution_timeout=timeout, progress_bar=False, log_output=False,
+                                    # ipykernel's start-up chatter, and the "KeyboardInterrupt caught in kernel" it logs
+                                    # at ERROR when jupyter_client interrupts it on shutdown, are noise here: a failing cell
+                                    # is reported from the notebook itself
+                                    extra_arguments=["--IPKernelApp.log_level=CRITICAL"] if kernel_name.startswith("python") else [])
+        except Exception as e:  # PapermillExecutionError, kernel death, timeouts: the attempt is kept beside the report
+            ok = False
+            error = (_error_of(ipynb) if ipynb.exists() else None) or f"{type(e).__name__}: {e}"
+        seconds = time.perf_counter() - t0
+        if ipynb.exists():
+            _export_html(ipynb, html_path, _provenance_html(study, model, ok, error, seconds, params), hide_input, f"{study} · {model}")
+        hits = scan_for_secrets([p for p in (ipynb, html_path) if p.exists()], redact=True)
+        redacted = tuple(sorted({h["name"] for h in hits}))
+        if redacted:
+            warnings.warn(f"secret(s) {', '.join(redacted)} appeared in the {study}/{model} report and were replaced "
+                          f"by {REDACTED}; find what printed them (a client error message?) and stop it")
+        if ipynb.exists():
+            _stamp(ipynb, dict(study=study, model=model, ok=ok, error=error, seconds=round(seconds, 3),
+                               html=(final if ok else failed)["html"].name, redacted=list(redacted)))
+        # 3. publish: a good report replaces the old one (and clears a failed attempt); a failure lands beside it
+        dest = final if ok else failed
+        for k, src in (("ipynb", ipynb), ("html", html_path)):
+            if src.exists(): os.replace(src, dest[k])
+            else: dest[k].unlink(missing_ok=True)
+        if ok:
+            for p in failed.values(): p.unlink(missing_ok=True)
+    heads = read_headlines(dest["ipynb"]) if dest["ipynb"].exists() else {}
     build_index(out_dir)
-    return ReportResult(study, model, ipynb if ipynb.exists() else None, html_path, ok, error, seconds, heads, redacted)
+    return ReportResult(study, model, dest["ipynb"] if dest["ipynb"].exists() else None,
+                        dest["html"] if dest["html"].exists() else None, ok, error, seconds, heads, redacted)
 
 # %% ../nbs/90_report.ipynb #d1f3ab31
 STUDIES = ("acrb", "toxicity", "fairness", "iat")

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/05_adapters.base.ipynb #8eda8ac2
 from __future__ import annotations
-import abc, dataclasses, difflib, functools, importlib, io, json, os, threading
+import abc, dataclasses, difflib, functools, importlib, io, json, os, re, threading
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 import numpy as np
@@ -15,7 +15,7 @@ from ..core import canonical_json, sha256_hex, thaw
 __all__ = ['OUTCOMES', 'JUDGE_OUTCOMES', 'TEXT_LMS', 'VISION_JUDGES', 'IMAGE_GENERATORS', 'IMAGE_EDITORS', 'IMAGE_TEXT_ENCODERS',
            'REGISTRIES', 'image_to_png', 'load_image', 'GenerationOutcome', 'Adapter', 'TextLM', 'VisionJudge',
            'ImageGenerator', 'ImageEditor', 'ImageTextEncoder', 'patched_interface', 'RegistryEntry', 'Registry',
-           'registry_table', 'pick_device', 'pick_dtype']
+           'registry_table', 'resolve_model_name', 'pick_device', 'pick_dtype']
 
 # %% ../../nbs/05_adapters.base.ipynb #d5b60749
 OUTCOMES = ("generated", "refused_policy", "refused_safety_filter", "empty", "failed")
@@ -292,6 +292,47 @@ REGISTRIES = {r.kind: r for r in (TEXT_LMS, VISION_JUDGES, IMAGE_GENERATORS, IMA
 def registry_table()->pd.DataFrame:
     "Every registered adapter of every family: name, back-end, model id, needs, how it was run here."
     return pd.concat([r.table() for r in REGISTRIES.values()], ignore_index=True)
+
+# %% ../../nbs/05_adapters.base.ipynb #15733788
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+def _hub_cached(repo_id:str)->bool:
+    "Whether the Hugging Face cache holds a config of `repo_id` (what an offline load needs)."
+    try: from huggingface_hub import try_to_load_from_cache
+    except ImportError: return True  # nothing to check against: the load will say
+    return any(isinstance(try_to_load_from_cache(repo_id, f), str) for f in ("config.json", "model_index.json"))
+
+def resolve_model_name(name, # a registry name; for a text LM also a hub id (org/name), a local folder or a .gguf file
+                       kinds, # the registry kind(s) the name may belong to, e.g. "image_generator" or ("vision_judge", "text_lm")
+                       where:str="model", # the parameter it came from, for the message
+                       registries:Mapping|None=None, # kind → `Registry` (None: `REGISTRIES`, every registered adapter)
+                      )->dict:
+    "How `name` resolves, without loading anything: {'name', 'kind', 'as': 'registry' | 'folder' | 'gguf' | 'hub id'}; else ValueError with close matches."
+    kinds, REGISTRIES_ = ((kinds,) if isinstance(kinds, str) else tuple(kinds)), (registries or REGISTRIES)
+    if bad := [k for k in kinds if k not in REGISTRIES_]: raise ValueError(f"unknown model kind(s) {bad}; known: {sorted(REGISTRIES_)}")
+    s = str(name or "").strip()
+    if not s: raise ValueError(f"{where} is empty: give a {' or '.join(kinds)} name")
+    for k in kinds:
+        if s in REGISTRIES_[k].names(): return {"name": s, "kind": k, "as": "registry"}
+    if "text_lm" in kinds:
+        p = Path(s).expanduser()
+        if p.is_dir():
+            if (p / "config.json").exists() or any(p.glob("*.gguf")): return {"name": str(p), "kind": "text_lm", "as": "folder"}
+            raise ValueError(f"{where} {s!r} is a folder without config.json or a .gguf file: point it at a model folder "
+                             "(config.json + weights + tokenizer files) or at the .gguf file itself")
+        if s.endswith(".gguf"):
+            if p.is_file(): return {"name": str(p), "kind": "text_lm", "as": "gguf"}
+            raise ValueError(f"{where} {s!r}: no such .gguf file (a relative path is read from {Path.cwd()})")
+        if _HUB_ID.match(s) and not s.startswith((".", "~")):
+            if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False") and not _hub_cached(s):
+                raise ValueError(f"{where} {s!r} is a hub id, but HF_HUB_OFFLINE is set and it is not in the Hugging Face "
+                                 "cache: download it first (huggingface-cli download ...), or give a local folder / .gguf file")
+            return {"name": s, "kind": "text_lm", "as": "hub id"}
+    known = sorted({n for k in kinds for n in REGISTRIES_[k].names()})
+    close = difflib.get_close_matches(s, known, n=3, cutoff=0.5)
+    also = " a hub id (org/name), a local model folder or a .gguf file," if "text_lm" in kinds else ""
+    raise ValueError(f"{where} {s!r} is not a known {' or '.join(kinds)}" + (f"; did you mean {' or '.join(map(repr, close))}?" if close else ".")
+                     + f" It takes a registered name,{also} e.g. one of: {', '.join(known)}")
 
 # %% ../../nbs/05_adapters.base.ipynb #02c6a42a
 def pick_device(prefer:str|None=None, # "cuda", "mps", "cpu" or None for automatic

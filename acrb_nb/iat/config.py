@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
-from ..core import ConfigError, check_keys, data_path, read_yaml, rng, sha256_hex
+from ..core import ConfigError, as_list, check_keys, data_path, read_yaml, rng, sha256_hex
 from fastcore.basics import patch
 
 # %% auto #0
@@ -115,7 +115,7 @@ def select(self:IATConfig, dimensions:Sequence[str]|str|None=None, # dimensions 
     "A copy testing fewer dimensions and/or fewer words."
     tested = self.tested
     if dimensions is not None:
-        dims = [dimensions] if isinstance(dimensions, str) else list(dimensions)
+        dims = as_list(dimensions, "dimensions")  # one rule for lists: "gender", "gender,age" or a list
         bad = [d for d in dims if d not in self.dimensions]
         if bad:
             hint = {d: difflib.get_close_matches(d, list(self.dimensions), n=1) for d in bad}

@@ -11,7 +11,7 @@ from scipy import special
 from ..adapters.base import IMAGE_GENERATORS, TEXT_LMS, VISION_JUDGES
 from ..execution import API_BACKENDS
 from ..planning import (DEFAULT_CONCURRENCY, declared, image_price, judge_correlation, labels_for_width,
-                              wall_hours, width_for_labels)
+                              wall_hours, width_for_labels, usd, duration)
 from .config import IATConfig, attribute_pairs, study_config
 from .profiles import load_profile_pool, match_pairs, needed_profiles, plan_profiles
 
@@ -149,17 +149,17 @@ def _plan_table(n:Mapping, # the plan's numbers
                 judge_corr:float|None, # or the given correlation
                )->pd.DataFrame:
     "The plan as rows of (quantity, value, unit, how)."
-    hrs = lambda v: None if v is None else round(v, 3)
+    _unit = lambda x: "unknown" if x is None else f"${x:.3g}"  # a unit price keeps its digits: $0.042, $0.001
     rows = [("attribute pairs", n["pairs"], "pairs", f"within-dimension value pairs of {', '.join(n['dimensions'])}"),
             ("trials per pair", n["trials_per_pair"], "trials", f"{n['design']} design, k = {n['pairs_per_combo']}, {n['words'][0]} positive + {n['words'][1]} negative words"),
             ("trials", n["trials"], "trials", "pairs × trials per pair"),
             ("profile images", n["profiles"], "images", prof["source"]),
-            ("generator calls", n["generator_calls"], "calls", f"{n['generator'] or 'none'}; price {price['usd_per_image']} USD per image ({price['source']})"),
+            ("generator calls", n["generator_calls"], "calls", f"{n['generator'] or 'none'}; {_unit(price['usd_per_image'])} per image ({price['source']})"),
             ("judge calls", n["judge_calls"], "calls", f"one per trial ({n['model']}, {n['backend']}); at most {n['judge_calls_max']} with every answer re-asked twice"),
-            ("expected cost", n["cost_usd"], "USD", f"images {n['cost_images_usd']} + judge {n['cost_judge_usd']}"
-             + (f" ({n['usd_per_judge_call']} USD per judge call" + (", a local model: GPU time not costed)" if n["backend"] not in API_BACKENDS else ")")
+            ("expected cost", usd(n["cost_usd"]), "", f"images {usd(n['cost_images_usd'])} + judge {usd(n['cost_judge_usd'])}"
+             + (f" ({_unit(n['usd_per_judge_call'])} per judge call" + (", a local model: GPU time not costed)" if n["backend"] not in API_BACKENDS else ")")
                 if n["usd_per_judge_call"] is not None else " — give usd_per_judge_call= to price the judge")),
-            ("wall time", "unknown" if n["wall_hours"] is None else hrs(n["wall_hours"]), "hours", f"generator then judge, each max(calls / rpm, calls × seconds_per_call / concurrency); rpm={n['rpm']}, concurrency={n['concurrency']}, seconds_per_call={n['seconds_per_call']}"
+            ("wall time", duration(n["wall_hours"]), "", f"generator then judge, each max(calls / rpm, calls × seconds_per_call / concurrency); rpm={n['rpm']}, concurrency={n['concurrency']}, seconds_per_call={n['seconds_per_call']}"
              + ("" if n["wall_hours"] is not None else " — give rpm= or seconds_per_call=")),]
     if labels is not None:
         how = f"ρ = {n['label_corr']:.3f} (" + ("given" if judge_corr is not None else f"answers read right {judge_accuracy:g} of the time") + ")"
