@@ -412,7 +412,7 @@ def check_inputs(study: str, # the template's study name (a key of `MODEL_PARAME
     from acrb_nb.adapters.base import resolve_model_name  # loads the registries, not the models
     problems = []
     for k, name, kinds in MODEL_PARAMETERS.get(study, lambda p: [])(params):
-        try: resolve_model_name(name, kinds, where=f"parameter {k!r}")
+        try: resolve_model_name(name, kinds, where=k)
         except ValueError as e: problems.append(str(e))
     for k, v in params.items():
         if (k in INPUT_PATHS or k.endswith("_file")) and isinstance(v, str) and v and not Path(v).expanduser().exists():

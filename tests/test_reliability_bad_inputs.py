@@ -323,7 +323,7 @@ def test_iat_unknown_dimension_and_model(tmp_path, counted):
     ("acrb", {"n_base_prompts": "ten"}, ["expects int", "-p n_base_prompts"]),
     ("acrb", {"seed": 1.5}, ["expects int"]),
     ("acrb", {"n_base_prompt": 4}, ["unknown parameter", "n_base_prompts="]),
-    ("fairness", {"id_cols": "target_group,gender"}, ["expects list", "-y 'id_cols:"]),
+    ("fairness", {"id_cols": 3}, ["expects Union[str, list]", "-y 'id_cols:"]),  # a comma string is a list now (issue 28)
     ("fairness", {"threshold": "half"}, ["expects float"]),
 ])
 def test_report_parameter_types(template, params, needles, tmp_path, counted):

@@ -318,20 +318,20 @@ def resolve_model_name(name, # a registry name; for a text LM also a hub id (org
         p = Path(s).expanduser()
         if p.is_dir():
             if (p / "config.json").exists() or any(p.glob("*.gguf")): return {"name": str(p), "kind": "text_lm", "as": "folder"}
-            raise ValueError(f"{where} {s!r} is a folder without config.json or a .gguf file: point it at a model folder "
+            raise ValueError(f"{where}={s!r} is a folder without config.json or a .gguf file: point it at a model folder "
                              "(config.json + weights + tokenizer files) or at the .gguf file itself")
         if s.endswith(".gguf"):
             if p.is_file(): return {"name": str(p), "kind": "text_lm", "as": "gguf"}
-            raise ValueError(f"{where} {s!r}: no such .gguf file (a relative path is read from {Path.cwd()})")
+            raise ValueError(f"{where}={s!r}: no such .gguf file (a relative path is read from {Path.cwd()})")
         if _HUB_ID.match(s) and not s.startswith((".", "~")):
             if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False") and not _hub_cached(s):
-                raise ValueError(f"{where} {s!r} is a hub id, but HF_HUB_OFFLINE is set and it is not in the Hugging Face "
+                raise ValueError(f"{where}={s!r} is a hub id, but HF_HUB_OFFLINE is set and it is not in the Hugging Face "
                                  "cache: download it first (huggingface-cli download ...), or give a local folder / .gguf file")
             return {"name": s, "kind": "text_lm", "as": "hub id"}
     known = sorted({n for k in kinds for n in REGISTRIES_[k].names()})
     close = difflib.get_close_matches(s, known, n=3, cutoff=0.5)
     also = " a hub id (org/name), a local model folder or a .gguf file," if "text_lm" in kinds else ""
-    raise ValueError(f"{where} {s!r} is not a known {' or '.join(kinds)}" + (f"; did you mean {' or '.join(map(repr, close))}?" if close else ".")
+    raise ValueError(f"{where}={s!r} is not a known {' or '.join(kinds)}" + (f"; did you mean {' or '.join(map(repr, close))}?" if close else ".")
                      + f" It takes a registered name,{also} e.g. one of: {', '.join(known)}")
 
 # %% ../../nbs/05_adapters.base.ipynb #02c6a42a

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from .metrics import FairnessReport, fairness_metrics
-from ..core import data_path
+from ..core import as_list, data_path
 
 # %% auto #0
 __all__ = ['fairness_report', 'expand_counts']
@@ -30,7 +30,7 @@ def fairness_report(df, # predictions table (DataFrame) or a path to a parquet /
                     label_col:str, # binary label, 0/1 / bool, annotator fraction (thresholded) or category
                     id_cols, # identity column name(s): fractions, booleans or categories
                     pred_col:str="pred", # binary prediction column
-                    score_col:str|None="score", # score column for the AUCs (None: no AUCs)
+                    score_col:str|None="auto", # score column for the AUCs; "auto": `score` if the table has one, else none; None or "": no AUCs
                     *,
                     threshold:float=0.5, # identity fractions: member iff value >= threshold
                     min_group_size:int=30, # groups with fewer rows are reported as skipped, with their n
@@ -49,7 +49,9 @@ def fairness_report(df, # predictions table (DataFrame) or a path to a parquet /
         p = Path(df)
         if not p.exists(): raise FileNotFoundError(f"predictions file {p} not found")
         df = pd.read_parquet(p) if p.suffix in (".parquet", ".pq") else pd.read_csv(p)
-    id_cols = [id_cols] if isinstance(id_cols, str) else list(id_cols or [])
+    id_cols = as_list(id_cols, "id_cols") or []  # "race", "race,sex" or a list: the one rule for list parameters
+    if score_col == "auto": score_col = "score" if "score" in df.columns else None  # a table without scores is not an error
+    score_col = score_col or None
     if not id_cols: raise ValueError("id_cols is empty; name the identity columns, e.g. id_cols=['male', 'female', 'black']")
     want = [label_col, pred_col, *id_cols] + ([score_col] if score_col else [])
     missing = [c for c in want if c not in df.columns]
