@@ -412,6 +412,7 @@ def check_inputs(study: str, # the template's study name (a key of `MODEL_PARAME
     from acrb_nb.adapters.base import resolve_model_name  # loads the registries, not the models
     problems = []
     for k, name, kinds in MODEL_PARAMETERS.get(study, lambda p: [])(params):
+        if k not in params: continue  # a template without that parameter (your own template under a study's name)
         try: resolve_model_name(name, kinds, where=k)
         except ValueError as e: problems.append(str(e))
     for k, v in params.items():
@@ -701,15 +702,19 @@ def main(argv: list[str] | None = None, # command-line arguments; `sys.argv[1:]`
             todo = [nbs / f"{s}.ipynb" for s in STUDIES if (nbs / f"{s}.ipynb").exists()]
             if not todo: print(f"no study templates in {nbs} (looked for {', '.join(s + '.ipynb' for s in STUDIES)}); "
                                f"wrote an empty index")
-            results = []
+            results, refused = [], 0
             for t in todo:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # redactions are reported by _say
-                    results.append(render_report(t, out_dir=a.out, hide_input=not a.show_input, kernel_name=a.kernel,
-                                                 timeout=a.timeout))
-                _say(results[-1])
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")  # redactions are reported by _say
+                        results.append(render_report(t, out_dir=a.out, hide_input=not a.show_input, kernel_name=a.kernel,
+                                                     timeout=a.timeout))
+                    _say(results[-1])
+                except (ParameterError, FileNotFoundError) as e:  # refused before it ran: the other studies still render
+                    refused += 1
+                    print(f"REFUSED {t.stem}: {e}", file=sys.stderr)
             print(f"index: {build_index(a.out)}")
-            return 0 if all(r.ok for r in results) else 1
+            return 0 if all(r.ok for r in results) and not refused else 1
         if not a.template: raise ParameterError("give a template or study name (e.g. `acrb-report acrb`), --all or --index-only")
         params = {}
         if a.yaml:

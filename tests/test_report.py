@@ -79,8 +79,9 @@ def test_failing_report(tmp_path):
     out = tmp_path / "reports"
     r = run_cli(TINY, "-p", "model", "broken", "-p", "fail", "True", "--out", out, cwd=tmp_path)
     assert r.returncode != 0
-    partial = out / "tiny_report" / "broken.ipynb"
-    assert partial.exists() and (out / "tiny_report" / "broken.html").exists()
+    partial = out / "tiny_report" / "broken.failed.ipynb"  # a failed attempt lands beside the report, never over it
+    assert partial.exists() and (out / "tiny_report" / "broken.failed.html").exists()
+    assert not (out / "tiny_report" / "broken.html").exists()
     assert "partial executed notebook" in r.stderr and str(partial) in r.stderr
     assert "tiny_report failed on purpose" in r.stderr
     assert "An Exception was encountered" in partial.read_text()
@@ -131,21 +132,26 @@ def _project(tmp_path, studies):
     (tmp_path / "settings.ini").write_text("[DEFAULT]\nlib_name = x\nnbs_path = nbs\n")
     nbs = tmp_path / "nbs"
     nbs.mkdir()
-    text = TINY.read_text()
+    text = TINY.read_text().replace('model = \\"dummy\\"', 'model = \\"sim\\"')  # a model acrb and iat know (checked first)
+    assert 'model = \\"sim\\"' in text
     for study, fail in studies.items():
         (nbs / f"{study}.ipynb").write_text(text.replace("fail = False", f"fail = {fail}"))
     return nbs
 
 
 def test_all(tmp_path):
-    _project(tmp_path, {"acrb": False, "iat": True, "other": False})
+    nbs = _project(tmp_path, {"acrb": False, "iat": True, "toxicity": False, "other": False})
+    tox = nbs / "toxicity.ipynb"  # a study whose model does not resolve: refused, and the others still render
+    tox.write_text(tox.read_text().replace('model = \\"sim\\"', 'model = \\"nosuchmodel\\"'))
     r = run_cli("--all", cwd=tmp_path)
-    assert r.returncode == 1, r.stderr  # iat fails on purpose
+    assert r.returncode == 1, r.stderr  # iat fails on purpose, toxicity is refused
+    assert "toxicity" in r.stderr and "nosuchmodel" in r.stderr
     out = tmp_path / "reports"
     rows = index_rows(out)
-    assert set(rows) == {("acrb", "dummy"), ("iat", "dummy")}  # only the known studies; `other` is not one
-    assert rows[("acrb", "dummy")]["status"] == "ok" and rows[("iat", "dummy")]["status"] == "failed"
-    assert (out / "acrb" / "dummy.html").exists() and (out / "iat" / "dummy.ipynb").exists()
+    assert set(rows) == {("acrb", "sim"), ("iat", "sim")}  # only the known studies; `other` is not one
+    assert rows[("acrb", "sim")]["status"] == "ok" and rows[("iat", "sim")]["status"] == "failed"
+    assert (out / "acrb" / "sim.html").exists() and (out / "iat" / "sim.failed.ipynb").exists()
+    assert not (out / "toxicity").exists()
 
 
 def test_study_name_and_empty_all(tmp_path):
