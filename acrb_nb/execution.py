@@ -299,14 +299,18 @@ def run(self:ModelSession, items:list, # work items
     self.start()
     if self.where == "local":
         lim, mw, paced = resolve_budget(self._work.model, self.budget, max_workers, self.limiter)
+        api = (self._work.model.describe() or {}).get("backend") in API_BACKENDS
         res = run_items(self._work, items, self.store, key=key, max_workers=mw, limiter=lim, retry=retry,
-                        retry_failed=retry_failed, seed=seed, progress=progress, desc=desc, requests=requests)
-        summary = {**res.summary, "executor": "local", "placement": self.why, "budget": paced}
+                        retry_failed=retry_failed, seed=seed, progress=progress, desc=desc, requests=requests,
+                        count_as="api_requests" if api else "local_calls")
+        summary = {**res.summary, "executor": "local", "placement": self.why, "budget": paced,
+                   "counted_as": "api_requests" if api else "local_calls"}
     else:
         res = self._pool.run(items, self.store, key=key, batch_size=self.execution.batch_size, retry=retry,
                              retry_failed=retry_failed, seed=seed, max_worker_deaths=self.execution.max_worker_deaths,
-                             prepare=prepare, progress=progress, desc=desc)
-        summary = {**res.summary, "placement": self.why}
+                             prepare=prepare, progress=progress, desc=desc,
+                             count_as="local_calls")  # Ray runs local models only: API-bound stages stay on threads
+        summary = {**res.summary, "placement": self.why, "counted_as": "local_calls"}
     return StageResult(res.rows, summary, self.info)
 
 # %% ../nbs/06a_execution.ipynb #07a89b96

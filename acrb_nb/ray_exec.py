@@ -529,11 +529,12 @@ def run(self:RayWorkerPool, items:Iterable, # work items (JSON-like; dicts usual
         progress:bool|None=None, # tqdm bar (None: on unless ACRB_PROGRESS=0)
         desc:str="items", # progress bar label
         prepare:Callable[[Any], Any]|None=None, # item -> what is sent to the worker (e.g. with the image bytes a worker on another node cannot read from the driver's disk), applied as each batch is submitted
+        count_as:str|None=None, # "local_calls": the counter that splits `calls`, as in `run_items` (the execution layer passes it)
        )->StageResult:
     "Run the work function over `items` on the workers into `store`, resuming finished keys; one row per item, like `run_items`."
     for name, v in (("batch_size", batch_size), ("max_in_flight", max_in_flight), ("max_worker_deaths", max_worker_deaths)):
         if v < 1: raise ValueError(f"{name} must be ≥ 1, got {v}")
-    with RunLedger(items, store, key=key, retry_failed=retry_failed, progress=progress, desc=desc) as led:
+    with RunLedger(items, store, key=key, retry_failed=retry_failed, progress=progress, desc=desc, count_as=count_as) as led:
         loop = None
         if led.todo:
             self.start()

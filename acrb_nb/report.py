@@ -205,8 +205,11 @@ def _scalar(name, v):
                     f"(e.g. {name}=float(x)) and show tables with display() instead")
 
 def _fmt(v) -> str:
+    "A headline figure for people: 0.1235, 252.81, 6,336, 1.2e-05; integers with thousands separators."
     if v is None: return "–"
+    if isinstance(v, float) and abs(v) >= 100: return f"{v:,.2f}".rstrip("0").rstrip(".")  # costs keep their cents
     if isinstance(v, float): return f"{v:.4g}"
+    if isinstance(v, int) and not isinstance(v, bool): return f"{v:,}"
     return str(v)
 
 def headline(**numbers):

@@ -15,8 +15,9 @@ from .core import item_key, rng as _rng, redact
 from .store import ItemStore, Run
 
 # %% auto #0
-__all__ = ['TransientError', 'FinalError', 'retry_after_of', 'classify_exception', 'RetryPolicy', 'RateLimiter', 'rate_limiter',
-           'StageResult', 'call_with_retry', 'commit_result', 'RunLedger', 'run_items', 'summarize', 'store_for']
+__all__ = ['COUNT_AS', 'TransientError', 'FinalError', 'retry_after_of', 'classify_exception', 'RetryPolicy', 'RateLimiter',
+           'rate_limiter', 'StageResult', 'call_with_retry', 'commit_result', 'RunLedger', 'run_items', 'summarize',
+           'store_for']
 
 # %% ../nbs/02_runner.ipynb #5306d289
 class TransientError(Exception):
@@ -203,15 +204,30 @@ def call_with_retry(call:Callable[[], Any], # one item's work, no arguments
                     attempts=attempts, retries=retries, seconds=time.monotonic() - t0)
 
 # %% ../nbs/02_runner.ipynb #e25ed624
+COUNT_AS = ("api_requests", "local_calls") # the counters that split `calls`: provider API requests vs local model calls
+
+def _check_count_as(count_as):
+    if count_as is not None and count_as not in COUNT_AS:
+        raise ValueError(f"count_as must be one of {COUNT_AS} or None, got {count_as!r}")
+    return count_as
+
+def _model_calls(a:int, usage:Mapping)->int:
+    "Model calls of a finished item: one per failed attempt, plus the last attempt's own count (`usage['calls']`, else 1)."
+    c = usage.get("calls")
+    own = int(c) if isinstance(c, (int, float)) and not isinstance(c, bool) and c >= 1 else 1
+    return max(a - 1, 0) + own
+
 def commit_result(st:ItemStore, # the store (the driver's, on Ray)
                   key:str, # the item's key
                   res:Mapping, # from `call_with_retry` (or a worker-loss verdict)
+                  count_as:str|None=None, # "api_requests" or "local_calls": the counter the item's calls also go to (None: `calls` only)
                  )->tuple:
     "Write one item's result durably with its counters; returns (summary row, retries)."
+    _check_count_as(count_as)
     a, r, s = int(res["attempts"]), int(res.get("retries", 0)), float(res.get("seconds") or 0.0)
     if res.get("error_kind"):
         st.put(key, None, status="failed", outcome="failed", error=res["error"], error_kind=res["error_kind"], attempts=a,
-               seconds=s, counters={"calls": a, "retries": r, "failures": 1,
+               seconds=s, counters={"calls": a, **({count_as: a} if count_as else {}), "retries": r, "failures": 1,
                                     **({"worker_lost": 1} if res["error_kind"] == "worker_lost" else {})})
         return dict(key=key, status="failed", outcome="failed", attempts=a, seconds=s, error=res["error"],
                     error_kind=res["error_kind"], cached=False), r
@@ -222,7 +238,9 @@ def commit_result(st:ItemStore, # the store (the driver's, on Ray)
     if usage: rec["usage"] = usage
     outcome = rec.get("outcome")
     refused = isinstance(outcome, str) and outcome.startswith("refused")
-    ctr = {"calls": a, "retries": r, "refused": int(refused), **{k: v for k, v in usage.items() if isinstance(v, (int, float))}}
+    n = _model_calls(a, usage)
+    ctr = {**{k: v for k, v in usage.items() if isinstance(v, (int, float)) and k not in ("calls", *COUNT_AS)},
+           "calls": n, **({count_as: n} if count_as else {}), "retries": r, "refused": int(refused)}
     st.put(key, rec, outcome=outcome, attempts=a, seconds=s, counters=ctr)
     return dict(key=key, status="done", outcome=outcome, attempts=a, seconds=s, error=None, error_kind=None, cached=False), r
 
@@ -240,7 +258,9 @@ class RunLedger:
                  retry_failed:bool=False, # do only the items stored as failed
                  progress:bool|None=None, # tqdm bar (None: on unless ACRB_PROGRESS=0)
                  desc:str="items", # progress bar label
+                 count_as:str|None=None, # "api_requests" or "local_calls": where the items' calls are also counted (see `commit_result`)
                 ):
+        self.count_as = _check_count_as(count_as)
         self.run = store if isinstance(store, Run) else None
         self.store = store.store if isinstance(store, Run) else store
         if not isinstance(self.store, ItemStore): raise TypeError(f"store must be an ItemStore or a Run, got {type(store).__name__}")
@@ -289,7 +309,7 @@ def commit(self:RunLedger, i:int, # the item's position
            res:Mapping, # its result (from `call_with_retry`, wherever it ran)
           ):
     "Write item `i`'s result to the store (`commit_result`) and count it."
-    self.finish(i, *commit_result(self.store, self.keys[i], res))
+    self.finish(i, *commit_result(self.store, self.keys[i], res, self.count_as))
 
 @patch
 def result(self:RunLedger, **extra, # more summary fields (executor, actors, worker deaths, ...)
@@ -324,17 +344,18 @@ def run_items(fn:Callable[[Any], Mapping], # work function: item -> JSON-seriali
               progress:bool|None=None, # tqdm bar (None: on unless ACRB_PROGRESS=0)
               desc:str="items", # progress bar label
               sleep:Callable[[float], None]=time.sleep, # injectable for tests
+              count_as:str|None=None, # "api_requests" (an API-bound model) or "local_calls": the counter that splits `calls` (None: `calls` only)
              )->StageResult:
     "Run `fn` over `items` on threads into `store`, resuming finished keys; one row per item and the run's summary."
     if max_workers < 1: raise ValueError(f"max_workers must be ≥ 1, got {max_workers}")
     gen, gen_lock = _rng(seed, "runner", "jitter"), threading.Lock()
-    with RunLedger(items, store, key=key, retry_failed=retry_failed, progress=progress, desc=desc) as led:
+    with RunLedger(items, store, key=key, retry_failed=retry_failed, progress=progress, desc=desc, count_as=count_as) as led:
         def one(i):
             it = led.items[i]
             before = None if limiter is None else (lambda: limiter.acquire(tokens(it) if tokens else 0, requests(it))) \
                      if requests else (lambda: limiter.acquire(tokens(it) if tokens else 0))
             res = call_with_retry(lambda: fn(it), retry, gen, sleep, before=before, lock=gen_lock)
-            return commit_result(led.store, led.keys[i], res)  # written in the worker thread, as soon as it is done
+            return commit_result(led.store, led.keys[i], res, led.count_as)  # written in the worker thread, as soon as it is done
         with ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="acrb-run") as ex:
             pending, todo = {}, iter(led.todo)
             while True:

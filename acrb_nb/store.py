@@ -294,6 +294,8 @@ class Run:
             m["counts"] = self.store.counts()
             m["counters"] = self.store.counters()
             m["estimated_cost_usd"] = round(float(m["counters"].get("cost_usd", 0.0)), 6)
+            c = m["counters"]; api, loc = c.get("api_requests", 0), c.get("local_calls", 0)
+            m["model_calls"] = {"api_requests": api, "local_calls": loc, "other": c.get("calls", 0) - api - loc}
             text = redact(json.dumps(m, indent=2, sort_keys=True, ensure_ascii=False))
         return atomic_write(self.dir / "manifest.json", text)
 

@@ -20,9 +20,9 @@ from .stats.resample import as_generator, check_columns, numeric_outcome
 __all__ = ['ERASED', 'LABELS_CSV', 'SAMPLE_JSON', 'KAPPA_INTERVAL', 'UNCORRECTED', 'CORRECTED', 'RATE_COLUMNS',
            'PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS', 'LabelPopulation', 'label_items', 'acrb_label_items',
            'iat_label_items', 'toxicity_label_items', 'allocate', 'LabelSample', 'sample_items', 'label_key',
-           'sample_design', 'export_for_labelling', 'import_labels', 'labels_frame', 'binarize', 'agreement',
-           'ppi_lambda', 'ppi_rate', 'rogan_gladen', 'corrected_rates', 'correction_note', 'simulate_judged_audit',
-           'corrected_differences', 'corrected_delta', 'coverage_study', 'coverage_summary']
+           'sample_ids', 'sample_design', 'export_for_labelling', 'check_labels_file', 'import_labels', 'labels_frame',
+           'binarize', 'agreement', 'ppi_lambda', 'ppi_rate', 'rogan_gladen', 'corrected_rates', 'correction_note',
+           'simulate_judged_audit', 'corrected_differences', 'corrected_delta', 'coverage_study', 'coverage_summary']
 
 # %% ../nbs/07_validation.ipynb #335d7231
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -30,6 +30,7 @@ class LabelPopulation:
     "The items a rate is computed over, in the labelling format, with the columns that define its strata."
     items: pd.DataFrame # key, stratum columns, image, text, question, verdict (+ kept columns)
     strata: tuple # stratum columns of `items`
+    scope: Mapping|None = None # which population this is, recorded in a sample's design (e.g. the analysis and its prompts); None: every item of the run
 
 def label_items(df:pd.DataFrame, # one row per item of the population (the items a rate is computed over)
                 *, key:str="key", # column holding the run's item key
@@ -68,14 +69,21 @@ def _cue_question(dimension, value, subject, cues)->str:
 
 def acrb_label_items(stage3:pd.DataFrame, # Stage III rows (`acrb.judge.judge_cues` output joined with Stage I)
                      judge:str="judge", # judge column prefix (`<judge>_cue`)
+                     *, clusters:Sequence[str]|None=None, # only the images of these prompts (the cited analysis's); None: every judged image
+                     scope:str|None=None, # the population's name recorded with a sample, e.g. "excluding_policy_cells"
                     )->LabelPopulation:
     "ACRB population: judged images (the items of E(a)) with the cue question, keyed by the Stage II item key."
     need = ["key", "image", "attribute_type", "attribute_value", "attribute_id", "domain", "subject", "cues", f"{judge}_cue"]
-    check_columns(stage3, need, "acrb_label_items")
+    check_columns(stage3, need + ([] if clusters is None else ["cluster"]), "acrb_label_items")
     d = stage3[stage3[f"{judge}_cue"].notna()].copy()
+    if clusters is not None:
+        cl = sorted({str(c) for c in clusters})
+        d = d[d.cluster.astype(str).isin(cl)]
     d["question"] = [_cue_question(r.attribute_type, r.attribute_value, r.subject, r.cues) for r in d.itertuples(index=False)]
     keep = [c for c in ("attribute_type", "attribute_value", "domain", "cluster") if c in d.columns]
-    return label_items(d, strata=("attribute_id",), verdict=f"{judge}_cue", image="image", question="question", keep=keep)
+    pop = label_items(d, strata=("attribute_id",), verdict=f"{judge}_cue", image="image", question="question", keep=keep)
+    if clusters is None and scope is None: return pop
+    return dataclasses.replace(pop, scope={"name": scope or "selected prompts", "clusters": None if clusters is None else cl})
 
 def iat_label_items(results:pd.DataFrame, # from `iat.trial_results` (or `iat.score_trials`)
                    )->LabelPopulation:
@@ -163,7 +171,8 @@ def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `lab
                  key:str="key", # item key column
                 )->LabelSample:
     "Stratified simple random sample without replacement: the sampled rows with stratum, N_h, n_h, π and weight 1/π."
-    if isinstance(items, LabelPopulation): items, strata = items.items, (items.strata if strata is None else strata)
+    pop = items if isinstance(items, LabelPopulation) else None
+    if pop is not None: items, strata = pop.items, (pop.strata if strata is None else strata)
     strata = list(strata or [])
     check_columns(items, [key, strata], "sample_items")
     if items[key].duplicated().any(): raise ValueError(f"sample_items: duplicate keys in '{key}'; the population must hold each item once")
@@ -180,7 +189,8 @@ def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `lab
     out["weight"] = 1.0 / out.pi
     return LabelSample(out, tuple(strata), {
         "strata": strata, "allocation": allocation, "seed": int(seed), "n": int(n), "population": int(len(d)),
-        "per_stratum": {h: {"N": int(sizes[h]), "n": int(alloc[h]), "pi": alloc[h] / sizes[h]} for h in sorted(sizes)}})
+        "per_stratum": {h: {"N": int(sizes[h]), "n": int(alloc[h]), "pi": alloc[h] / sizes[h]} for h in sorted(sizes)},
+        **({"scope": json.loads(canonical_json(scope))} if (scope := getattr(pop, "scope", None)) else {})})
 
 # %% ../nbs/07_validation.ipynb #6c528be9
 LABELS_CSV, SAMPLE_JSON = "labels.csv", "sample.json"
@@ -201,6 +211,11 @@ def _register_sample(store:ItemStore, design:dict):
     store.set_meta(f"validation.sample:{design['sample_id']}", canonical_json(design))
     ids = json.loads(store.get_meta(_META_INDEX, "[]"))
     if design["sample_id"] not in ids: store.set_meta(_META_INDEX, canonical_json(sorted(ids + [design["sample_id"]])))
+
+def sample_ids(run:Run|ItemStore, # the run
+              )->list:
+    "The ids of the labelling samples exported from this run (sorted)."
+    return json.loads(_st(run).get_meta(_META_INDEX, "[]"))
 
 def sample_design(run:Run|ItemStore, # the run
                   sample_id:str|None=None, # None: the only sample of the run (error if several)
@@ -285,17 +300,24 @@ def _stored_labels(store:ItemStore, keys:Sequence[str], task:str)->dict:
     lk = {label_key(k, task): k for k in keys}
     return {lk[e["key"]]: e["record"] for e in store.entries(status="done", keys=list(lk))}
 
+def check_labels_file(source, # the export folder, or its labels.csv
+                     )->Path:
+    "The labels.csv of `source`, checked without a run: it exists, sample.json is beside it, it reads as CSV with key and human_label."
+    src = Path(source); csv = src / LABELS_CSV if src.is_dir() else src
+    if not csv.exists(): raise FileNotFoundError(f"{csv} does not exist; pass the folder written by export_for_labelling")
+    if not (csv.parent / SAMPLE_JSON).exists():
+        raise FileNotFoundError(f"{csv.parent / SAMPLE_JSON} is missing: labels.csv must stay beside the sample.json it was exported with")
+    _read_labels_csv(csv)
+    return csv
+
 def import_labels(source, # the export folder, or its labels.csv (sample.json must sit beside it)
                   run:Run|ItemStore, # the run the sample was drawn from
                   *, overwrite:bool=False, # replace stored labels that the CSV changes
                   labeller:str|None=None, # who labelled (recorded; a `labeller` column in the CSV wins)
                  )->dict:
     "Store the CSV's filled-in labels as run items (resumable): counts of added, unchanged, overwritten and blank rows."
-    src = Path(source); csv = src / LABELS_CSV if src.is_dir() else src
-    if not csv.exists(): raise FileNotFoundError(f"{csv} does not exist; pass the folder written by export_for_labelling")
-    meta_p = csv.parent / SAMPLE_JSON
-    if not meta_p.exists(): raise FileNotFoundError(f"{meta_p} is missing: labels.csv must stay beside the sample.json it was exported with")
-    meta = json.loads(meta_p.read_text(encoding="utf-8"))
+    csv = check_labels_file(source)
+    meta = json.loads((csv.parent / SAMPLE_JSON).read_text(encoding="utf-8"))
     store = _st(run)
     design = sample_design(store, meta["sample_id"])   # the sample must have been exported from this run
     df = _read_labels_csv(csv)

@@ -8,7 +8,7 @@ Promises checked, per API (≥ 500 calls each):
   (OpenAI: a 400 `moderation_blocked` → `refused_policy` — OpenAI reports output moderation with the same code, so
   a filtered image is also `refused_policy`; Gemini: `promptFeedback.blockReason` → `refused_policy`,
   `finishReason: IMAGE_SAFETY` → `refused_safety_filter`);
-- the run's manifest counters (calls, retries, refusals, images, outcomes) equal the server's own log;
+- the run's manifest counters (calls, API requests, retries, refusals, images, outcomes) equal the server's own log;
 - a retry after a 429 with Retry-After never comes sooner than the server asked.
 """
 import json, threading
@@ -111,8 +111,8 @@ def test_fault_mix(api, run_tmp, reliability, monkeypatch):
 
     # the manifest's counters equal the server's log
     c, by_outcome = man["counters"], man["counts"]["by_outcome"]
-    expect = {"calls": len(log), "retries": n_transient, "refused": acts["policy_refusal"] + acts["filtered"],
-              "images": acts["ok"]}
+    expect = {"calls": len(log), "api_requests": len(log), "retries": n_transient,
+              "refused": acts["policy_refusal"] + acts["filtered"], "images": acts["ok"]}
     got = {k: c.get(k, 0) for k in expect}
     mismatches = {k: (got[k], v) for k, v in expect.items() if got[k] != v}
     assert not mismatches, f"manifest vs server log (manifest, log): {mismatches}"
@@ -172,7 +172,7 @@ def test_fault_mix_chat_scoring(api, model, run_tmp, reliability, monkeypatch):
     transient_as_refusal = sum(1 for k, r in zip(final, refused) if k == "ok" and r)
     # manifest vs server log: one work item per row (batch_size=1), so the runner's calls are HTTP calls
     c = man["counters"]
-    expect = {"calls": len(log), "retries": n_transient}
+    expect = {"calls": len(log), "api_requests": len(log), "retries": n_transient}
     mismatches = {k: (c.get(k, 0), v) for k, v in expect.items() if c.get(k, 0) != v}
     n_ref = acts["policy_refusal"] + acts["filtered"]
     if man["counts"]["by_outcome"].get("refused", 0) != n_ref: mismatches["refused rows"] = (man["counts"]["by_outcome"].get("refused", 0), n_ref)

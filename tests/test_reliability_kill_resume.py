@@ -154,7 +154,7 @@ def test_acrb_t2i_openai_server(run_tmp, forks, reliability, monkeypatch):
 def test_acrb_i2i_gemini_server(run_tmp, forks, reliability, monkeypatch):
     "Gemini image editing against a FakeGemini process; calls are identified by (instruction, input image pixels)."
     from acrb_nb.acrb.pipeline import run_acrb
-    from acrb_nb.acrb.detect import PUBLIC_IMAGES
+    from acrb_nb.acrb.sources import DEFAULT_SOURCES  # the default I2I sources: the shipped photographs of people
     from acrb_nb.adapters.base import load_image
     log, side = run_tmp / "gemini.jsonl", run_tmp / "renders.jsonl"
     proc, url = start_server_process("gemini", log_path=log, latency=0.03, image_size=(64, 64),
@@ -169,7 +169,7 @@ def test_acrb_i2i_gemini_server(run_tmp, forks, reliability, monkeypatch):
         assert len(set(ref_ids)) == len(ref_ids) == len(ref.stage3) == n_ref
         from acrb_nb.core import file_sha256
         pix = {file_sha256(p): pixel_sha(load_image(p, "RGB"))  # source file sha256 -> pixel sha (what the server sees)
-               for p in Path(PUBLIC_IMAGES).iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png")}
+               for p in Path(DEFAULT_SOURCES).iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png")}
         run = run_tmp / "killed"
         db = run / "items.sqlite"
         side_at_kill, finished_at_kill = [], []

@@ -4,26 +4,29 @@
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #a810a1fe
 from __future__ import annotations
-import dataclasses, json, os
+import dataclasses, json, os, warnings
 from pathlib import Path
 from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
-from ..core import RunSpec, rng, atomic_write
+from ..core import RunSpec, rng, atomic_write, as_list
 from ..store import Run
 from ..adapters.base import (IMAGE_GENERATORS, IMAGE_EDITORS, VISION_JUDGES, IMAGE_TEXT_ENCODERS, TEXT_LMS)
-from .prompts import stage1_prompts, load_attributes, write_stage1, DOMAINS
-from .generate import t2i_items, i2i_items, load_sources, generate, stage2_records
+from .prompts import stage1_prompts, load_attributes, write_stage1, DOMAINS, load_base_prompts
+from .generate import t2i_items, i2i_items, generate, stage2_records
+from .sources import select_sources, write_sources, SourceCheck, DEFAULT_SOURCES
 from .judge import hard_refusals, judge_cues, clip_cues, judge_agreement
-from .detect import default_detector, PUBLIC_IMAGES
-from .metrics import acrb_long, acrb_summary, write_summary, analyse, plain_json
+from .detect import default_detector
+from .metrics import acrb_long, acrb_summary, write_summary, analyse, plain_json, without_policy_prompts
+from ..adapters.planted import load_planted_acrb
 from .. import validation
 from ..runner import RetryPolicy, StageResult
 from ..execution import Execution, AdapterRef
 
 # %% auto #0
-__all__ = ['select_base_ids', 'resolve_judge', 'judge_ref', 'AllCallsFailed', 'check_not_all_failed', 'JudgeCorrection',
-           'judge_correction', 'export_labelling_sample', 'AcrbResult', 'run_acrb']
+__all__ = ['SIM_TRUTH', 'select_base_ids', 'resolve_judge', 'judge_ref', 'AllCallsFailed', 'check_not_all_failed',
+           'JudgeCorrection', 'judge_correction', 'LabelShortfall', 'labelling_folder', 'cited_clusters',
+           'export_labelling_sample', 'AcrbResult', 'sim_truth', 'run_acrb']
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #770ea466
 def select_base_ids(stage1:pd.DataFrame, # Stage I rows
@@ -54,11 +57,13 @@ def resolve_judge(judge:str, # a judge name, or "auto"
     if model.startswith("tiny"): return "clip:tiny-clip"
     return "clip:clip-vit-b-32"
 
-def judge_ref(name:str, # a VISION_JUDGES name or clip:<encoder>
+def judge_ref(name:str|AdapterRef, # a VISION_JUDGES name or clip:<encoder> (an AdapterRef is returned as it is)
+              **kw, # adapter options, e.g. config= for the sim judges
              )->AdapterRef:
     "The adapter behind a judge name: `clip:<encoder>` → an IMAGE_TEXT_ENCODERS entry, else a VISION_JUDGES entry."
-    if name.startswith("clip:"): return AdapterRef.of("image_text_encoder", name.split(":", 1)[1])
-    return AdapterRef.of("vision_judge", name)
+    if isinstance(name, AdapterRef): return name
+    if name.startswith("clip:"): return AdapterRef.of("image_text_encoder", name.split(":", 1)[1], **kw)
+    return AdapterRef.of("vision_judge", name, **kw)
 
 def _apply_judge(run, name, df, attrs, seed, prefix, max_workers, progress=None, execution=None, retry=RetryPolicy())->StageResult:
     ref = judge_ref(name)
@@ -101,17 +106,20 @@ def _stage1(run, attrs, llm, domains, seed, progress, retry=RetryPolicy())->pd.D
     run.add_input("stage1_prompts", data=s1[["prompt_id", "text"]].values.tolist())
     return s1
 
-def _stage2(run, model, mode, s1, attrs, n_base_prompts, images_per_prompt, source_dir, seed, max_workers, progress,
+def _i2i_sources(source_dir, domains, n_base_prompts, seed)->SourceCheck:
+    "The person-checked source photographs of an I2I run: enough for its base prompts, checked before any model call."
+    n = sum(1 for p in load_base_prompts("v1").prompts if not domains or p.domain in domains)
+    return select_sources(source_dir or DEFAULT_SOURCES, needed=max(1, min(n_base_prompts or n, n)), seed=seed)
+
+def _stage2(run, model, mode, s1, attrs, n_base_prompts, images_per_prompt, sources, seed, max_workers, progress,
             execution, retry_failed, note, retry=RetryPolicy())->tuple:
     "(Stage I rows used, Stage II rows): generation or editing, failed calls re-attempted first when asked."
-    gen = AdapterRef.of("image_generator" if mode == "t2i" else "image_editor", model)
-    if mode == "t2i":
-        s1 = s1[s1.base_id.isin(select_base_ids(s1, n_base_prompts, seed))].reset_index(drop=True)
-        items = t2i_items(s1, images_per_prompt, seed)
-    else:
-        src = load_sources(source_dir or PUBLIC_IMAGES, n=n_base_prompts, seed=seed)
-        run.add_input("sources", data=src.sha256.tolist())
-        items = i2i_items(src, attrs, images_per_prompt, seed)
+    gen = model if isinstance(model, AdapterRef) else AdapterRef.of("image_generator" if mode == "t2i" else "image_editor", model)
+    s1 = s1[s1.base_id.isin(select_base_ids(s1, n_base_prompts, seed))].reset_index(drop=True)
+    if mode == "t2i": items = t2i_items(s1, images_per_prompt, seed)
+    else:  # `sources`: the `_i2i_sources` check; every attribute value of a base prompt edits that base prompt's photograph
+        write_sources(sources, run)
+        items = i2i_items(s1, sources.kept, images_per_prompt, seed)
     if retry_failed: generate(run, gen, items, max_workers=max_workers, progress=progress, execution=execution, retry_failed=True,
                               retry=retry)
     g2 = generate(run, gen, items, max_workers=max_workers, progress=progress, execution=execution, retry=retry)
@@ -143,47 +151,130 @@ class JudgeCorrection:
     note: str # what a report says: uncorrected / corrected / partly corrected
     n_labels: int # labelled items in the population
     imported: dict|None # what `validation.import_labels` did with the labels file, if one was given
+    min_labels: int = 30 # labels a value needs before its corrected rate may be cited
+    sample: dict|None = None # the labelling sample read (sample_id, seed, scope, usable, sampled per value); None: the run has none
 
-def _run_labels(run, sample_id)->pd.DataFrame:
-    "The labels imported into the run (an empty frame when it has no labelling sample)."
-    try: return validation.labels_frame(run, sample_id)
-    except ValueError as e:
-        if sample_id is None and "has 0 labelling samples" in str(e): return pd.DataFrame(columns=["key", "label"])
-        raise
+    def labels_table(self)->pd.DataFrame:
+        "Per value: judged images of the cited analysis, labels sampled and filled in, the minimum, and how many more it needs."
+        r, per = self.rates, (self.sample or {}).get("per_value", {})
+        out = pd.DataFrame({"dimension": r["dimension"] if "dimension" in r else None, "value": r.group, "judged": r.n_items,
+                            "sampled": [int(per.get(g, 0)) for g in r.group], "labelled": r.n_labels.astype(int),
+                            "min_labels": int(self.min_labels)})
+        out["more_needed"] = (out.min_labels - out.labelled).clip(lower=0)
+        def why(x):
+            if x.labelled >= x.min_labels: return "enough: the corrected rate may be cited"
+            if x.judged < x.min_labels: return (f"only {x.judged} judged images on the cited prompts: the minimum cannot be reached "
+                                                "(audit more prompts or images, or lower min_labels)")
+            if x.sampled >= x.min_labels: return f"label {x.more_needed} more of the sample"
+            return f"the sample holds {x.sampled}: export a larger one"
+        out["note"] = [why(x) for x in out.itertuples(index=False)]
+        return out
+
+def _pick_sample(run, sample_id, label_seed, pop_clusters)->dict|None:
+    "The design of the labelling sample to read: `sample_id`, else the run's only one, else the one drawn with `label_seed`."
+    if sample_id is not None: return validation.sample_design(run, sample_id)
+    ds = [validation.sample_design(run, i) for i in validation.sample_ids(run)]
+    if len(ds) <= 1: return ds[0] if ds else None
+    mine = [d for d in ds if d["design"].get("seed") == label_seed] or ds
+    if len(mine) > 1: mine = [d for d in mine if _covers(d, pop_clusters)] or mine
+    if len(mine) > 1: mine = [d for d in mine if len(validation.labels_frame(run, d["sample_id"]))] or mine
+    if len(mine) == 1: return mine[0]
+    raise ValueError(f"this run has {len(ds)} labelling samples ({', '.join(d['sample_id'] + ' seed ' + str(d['design'].get('seed')) for d in ds)}) "
+                     f"and label_seed={label_seed} does not single one out; pass labels= the folder whose labels to use")
+
+def _covers(design:dict, pop_clusters)->bool:
+    "Whether a sample was drawn from a population that holds every prompt of the population to correct."
+    scope = design["design"].get("scope") or {}
+    return scope.get("clusters") is None or set(map(str, pop_clusters)) <= set(scope["clusters"])
 
 def judge_correction(run:Run, # the run (labels are imported into it and read from it)
                      stage3:pd.DataFrame, # Stage III rows with the judge's cue verdicts
                      labels=None, # a labels folder or labels.csv filled by a human (`validation.export_for_labelling`); None: those already imported
                      *, clusters=None, # restrict to these prompts (e.g. an analysis without the policy prompts); None: all
                      judge:str="judge", # judge column prefix
-                     sample_id:str|None=None, # which labelling sample (None: the run's only one)
+                     sample_id:str|None=None, # which labelling sample (None: the run's only one, else the one drawn with `label_seed`)
                      alpha:float=0.05, # 1 - confidence level
                      min_labels:int=30, # fewer labels for a value: its rate stays judge-reported
+                     label_seed:int=0, # picks the sample drawn with this seed when the run has several
                      seed:int=0, # seed of Δ's interval draws
                     )->JudgeCorrection:
     "Import a filled labels file and correct E(a) and Δ_erasure with PPI++; judge-only numbers beside them."
     imported = validation.import_labels(labels, run) if labels is not None else None
     pop = validation.acrb_label_items(stage3, judge).items
     if clusters is not None: pop = pop[pop.cluster.isin(set(clusters))]
-    lab = _run_labels(run, imported["sample_id"] if imported else sample_id)
+    design = _pick_sample(run, imported["sample_id"] if imported else sample_id, label_seed,
+                          pop.cluster.unique() if "cluster" in pop else [])
+    usable = design is None or _covers(design, pop.cluster.unique() if "cluster" in pop else [])
+    lab = validation.labels_frame(run, design["sample_id"]) if design is not None and usable else pd.DataFrame(columns=["key", "label"])
     df = pop.merge(lab[["key", "label"]], on="key", how="left")
     df["judge"], df["human"] = validation.binarize(df.verdict, validation.ERASED), validation.binarize(df.label, validation.ERASED)
     R = validation.corrected_rates(df, "attribute_id", dimension="attribute_type", alpha=alpha, min_labels=min_labels)
     D = validation.corrected_delta(R, alpha=alpha, seed=seed)
     n = int(df.human.notna().sum())
     A = validation.agreement(df.human, df.judge, df.attribute_id, alpha) if n else None
-    return JudgeCorrection(R, D, A, validation.correction_note(R), n, imported)
+    note, sample = validation.correction_note(R), None
+    if design is not None:
+        d0, keys = design["design"], set(pop.key)
+        per = pd.Series([it["stratum"] for it in design["items"] if it["key"] in keys], dtype=object).value_counts()
+        sample = {"sample_id": design["sample_id"], "seed": d0.get("seed"), "n": d0.get("n"), "scope": d0.get("scope"),
+                  "usable": usable, "per_value": {str(k): int(v) for k, v in per.items()}}
+        if not usable:
+            sc = d0["scope"]
+            note = (f"judge-reported, uncorrected: labelling sample {design['sample_id']} was drawn from {sc.get('name')} "
+                    f"({len(sc['clusters'])} prompts), which leaves out prompts of this analysis — its labels are not a random "
+                    "sample of this population; export a sample for this analysis (export_labels with this exclude_policy_cells)")
+    return JudgeCorrection(R, D, A, note, n, imported, int(min_labels), sample)
+
+class LabelShortfall(UserWarning):
+    "A labelling sample leaves some values under `min_labels`: their erasure rates will stay judge-reported."
+
+def labelling_folder(run:Run, # the run
+                     label_seed:int=0, # the sample's seed
+                     exclude_policy_cells:bool=True, # the analysis whose population is sampled
+                    )->Path:
+    "Where a run's labelling sample goes: <run>/labelling, with the analysis and the seed in the name when they are not the defaults."
+    return run.dir / ("labelling" + ("" if exclude_policy_cells else "-all-prompts") + ("" if label_seed == 0 else f"-seed{label_seed}"))
+
+def cited_clusters(stage3:pd.DataFrame, # Stage III rows
+                   exclude_policy_cells:bool=True, # the analysis a report cites: without the policy-cell prompts, or all prompts
+                  )->list:
+    "The prompts (clusters) of the cited analysis: those that hold no policy cell, or all of them."
+    long = acrb_long(stage3)
+    return sorted((without_policy_prompts(long) if exclude_policy_cells else long).cluster.astype(str).unique())
 
 def export_labelling_sample(run:Run, # the run
                             stage3:pd.DataFrame, # Stage III rows with the judge's cue verdicts
                             n:int, # labels wanted in total (equal allocation over the attribute values)
-                            folder=None, # where labels.csv goes (None: <run>/labelling)
+                            folder=None, # where labels.csv goes (None: `labelling_folder(run, label_seed, exclude_policy_cells)`)
                             *, judge:str="judge", # judge column prefix
-                            seed:int=0, # sampling seed
+                            label_seed:int=0, # the sample's own seed (not the run's)
+                            exclude_policy_cells:bool=True, # sample the analysis a report cites: without the policy-cell prompts (True) or all prompts
+                            min_labels:int=30, # labels a value needs to be corrected: a warning names the values the sample leaves short
                            )->Path:
-    "Draw a stratified random sample of the judged images and write it for hand labelling (blind: no verdicts shown)."
-    smp = validation.sample_items(validation.acrb_label_items(stage3, judge), n, seed=seed)
-    return validation.export_for_labelling(smp, Path(folder) if folder else run.dir / "labelling", run)
+    "Draw a stratified random sample of the cited analysis's judged images and write it for hand labelling (blind: no verdicts shown)."
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"the number of labels must be an integer ≥ 1, got {n!r}")
+    name = "excluding_policy_cells" if exclude_policy_cells else "all_prompts"
+    pop = validation.acrb_label_items(stage3, judge, clusters=cited_clusters(stage3, exclude_policy_cells), scope=name)
+    if n > len(pop.items):
+        raise ValueError(f"{n} labels asked for, but the cited analysis ({name}) has only {len(pop.items)} judged images; ask for at "
+                         f"most {len(pop.items)}" + (" (or sample all prompts with exclude_policy_cells=False)" if exclude_policy_cells else ""))
+    smp = validation.sample_items(pop, n, seed=label_seed)
+    short = {h: s["n"] for h, s in smp.design["per_stratum"].items() if s["n"] < min_labels}
+    if short: warnings.warn(f"the sample gives {len(short)} value(s) fewer than min_labels={min_labels} labels "
+                            f"({', '.join(f'{h}: {k}' for h, k in list(short.items())[:6])}); their rates will stay judge-reported",
+                            LabelShortfall, stacklevel=2)
+    return validation.export_for_labelling(smp, Path(folder) if folder else labelling_folder(run, label_seed, exclude_policy_cells), run)
+
+def _export_labels(run, s3, n, label_seed, exclude_policy_cells, min_labels)->Path|None:
+    "`run_acrb`'s labelling sample: written when asked for and not there yet (a sheet already there may hold labels: kept)."
+    if not n: return None
+    folder = labelling_folder(run, label_seed, exclude_policy_cells)
+    if (folder / validation.LABELS_CSV).exists(): return folder
+    if not s3.judge_cue.notna().any():
+        warnings.warn("export_labels: no image was judged (every item refused or failed), so there is nothing to label"); return None
+    return export_labelling_sample(run, s3, int(n), folder, label_seed=label_seed, exclude_policy_cells=exclude_policy_cells,
+                                   min_labels=min_labels)
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #aa920143
 @dataclasses.dataclass
@@ -198,39 +289,91 @@ class AcrbResult:
     analyses: dict = dataclasses.field(default_factory=dict) # "all_prompts" / "excluding_policy_cells" → `AcrbAnalysis`
     primary: str = "excluding_policy_cells" # the analysis a report cites
     correction: JudgeCorrection|None = None # judge-only vs corrected E(a) and Δ_erasure (the primary analysis's prompts)
+    labelling: Path|None = None # the labelling sample's folder when `export_labels` asked for one (written now or earlier)
 
-def _summary(run, s3, spec, model, mode, judges, det, n_boot, n_perm, seed, exclude_policy_cells, labels, judge2)->tuple:
+def _summary(run, s3, spec, model, mode, judges, det, n_boot, n_perm, seed, exclude_policy_cells, labels, judge2,
+             min_labels=30, label_seed=0)->tuple:
     "(long table, analyses, judge correction, summary) of a finished Stage III, with acrb_summary.json written."
     long = acrb_long(s3)
     A = {a.name: a for a in (analyse(long, x, n_boot, n_perm, seed) for x in (False, True))}
     summary = acrb_summary(long, model, mode, spec.run_id, n_boot=n_boot, seed=seed, exclude_policy_cells=exclude_policy_cells,
                            analyses=list(A.values()), n_perm=n_perm)
     primary = summary["primary_analysis"]
-    C = judge_correction(run, s3, labels, clusters=A[primary].long.cluster.unique(), seed=seed) if s3.judge_cue.notna().any() else None
+    C = (judge_correction(run, s3, labels, clusters=A[primary].long.cluster.unique(), seed=seed, min_labels=min_labels,
+                          label_seed=label_seed) if s3.judge_cue.notna().any() else None)
     summary.update(detector=det, judges=list(judges))
     if judge2: summary["judge_agreement"] = judge_agreement(s3, "judge", "judge2")
     if C is not None:
-        summary["judge_correction"] = {"status": C.note, "n_labels": C.n_labels, "analysis": primary,
+        lt = C.labels_table(); need = dict(zip(lt.value, lt.more_needed))
+        summary["judge_correction"] = {"status": C.note, "n_labels": C.n_labels, "analysis": primary, "min_labels": C.min_labels,
+            "label_seed": label_seed, "sample_id": (C.sample or {}).get("sample_id"),
             "erasure": {r.group: {"judge_only": r.judge_only, "judge_only_ci": [r.judge_only_lo, r.judge_only_hi], "corrected": r.corrected,
-                                  "corrected_ci": [r.corrected_lo, r.corrected_hi], "n_labels": r.n_labels, "cite": r.cite} for r in C.rates.itertuples()},
+                                  "corrected_ci": [r.corrected_lo, r.corrected_hi], "n_labels": r.n_labels, "labels_needed": need[r.group],
+                                  "cite": r.cite} for r in C.rates.itertuples()},
             "delta_erasure": {r.dimension: {"judge_only": r.judge_only, "judge_only_ci": [r.judge_only_lo, r.judge_only_hi], "corrected": r.corrected,
                                             "corrected_ci": [r.corrected_lo, r.corrected_hi], "cite": r.cite} for r in C.deltas.itertuples()}}
     summary = plain_json(summary)
     write_summary(summary, run.dir / "acrb_summary.json")
     return long, A, C, summary
 
+# %% ../../nbs/15_acrb.pipeline.ipynb #b4eb7f4f
+SIM_TRUTH = "sim_truth.parquet" # the simulator's per-item draws, in the run folder of a `sim` audit
+_TRUTH_P = ("p_refuse_policy", "p_refuse_filter", "p_blank", "p_erase", "p_substitute")
+
+def sim_truth(stage3:pd.DataFrame, # Stage III rows of a run on the sim generator or editor (metadata holds the draws)
+              judge_config=None, # the planted config of a simulated judge (`PlantedACRB`: its judge_error rates); None: not a sim judge
+              judge:str="judge", # judge column prefix
+             )->pd.DataFrame:
+    "One row per item: what the simulator drew (event, cue, marker, planted rates), what Stage III concluded, and the judge's planted error."
+    rows = []
+    for r in stage3.to_dict("records"):
+        md = r.get("metadata"); t = (md.get("sim") or {}) if isinstance(md, Mapping) else {}
+        p, v, cue = t.get("planted") or {}, r.get(f"{judge}_cue"), t.get("cue")
+        v = None if v is None or (isinstance(v, float) and np.isnan(v)) else v
+        a = judge_config.attributes.get(r.get("attribute_id")) if judge_config is not None else None
+        err = (None if v is None or cue is None else "miss" if cue == "present" and v != "present" else
+               "false_cue" if cue != "present" and v == "present" else "none")
+        rows.append({"key": r.get("key"), "prompt_id": r.get("prompt_id"), "cluster": r.get("cluster"), "attribute_id": r.get("attribute_id"),
+                     "domain": r.get("domain"), "sim_domain": t.get("domain"), "event": t.get("event"), "blank_kind": t.get("kind") if t.get("event") == "blank" else None,
+                     "cue": cue, "drawn": t.get("drawn"), **{k: p.get(k, np.nan) for k in _TRUTH_P},
+                     "config_sha256": t.get("config_sha256"), "final_outcome": r.get("final_outcome"), "judge_cue": v,
+                     "judge_miss": a.judge_error["miss"] if a is not None else np.nan,
+                     "judge_false_cue": a.judge_error["false_cue"] if a is not None else np.nan, "judge_error": err})
+    return pd.DataFrame(rows)
+
+def _sim_configs(model, judge, sim_config, judge_config)->tuple:
+    "(generator kwargs, judge kwargs, SHA-256s for the spec) of the sim configs asked for, each read and checked now."
+    gen_kw, judge_kw, sha = {}, {}, {}
+    if sim_config is not None:
+        if model != "sim": raise ValueError(f"sim_config is the planted-rate YAML of the sim generator or editor, but model is {model!r}; "
+                                            "drop sim_config or use model='sim'")
+        gen_kw["config"] = str(Path(sim_config).expanduser().resolve())
+        sha["sim_config_sha256"] = load_planted_acrb(gen_kw["config"]).sha256   # a missing file or a bad key fails here, naming it
+    if judge_config is not None:
+        ref = judge_ref(judge)
+        if ref.kind != "vision_judge" or ref.backend != "sim":
+            raise ValueError(f"judge_config is the planted YAML of a simulated judge (sim, sim-differential), but the judge is {judge!r}; "
+                             "drop judge_config or use judge='sim-differential'")
+        judge_kw["config"] = str(Path(judge_config).expanduser().resolve())
+        sha["judge_config_sha256"] = load_planted_acrb(judge_kw["config"]).sha256
+    return gen_kw, judge_kw, sha
+
+def _sim_judge_config(ref:AdapterRef):
+    "The planted config a simulated judge reads (its judge_error rates), or None for any other judge."
+    return ref.create().config if ref.kind == "vision_judge" and ref.backend == "sim" else None
+
 # %% ../../nbs/15_acrb.pipeline.ipynb #6ec24fcc
 def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry name
              mode:str="t2i", # "t2i" or "i2i"
              attributes:Sequence[str]|None=None, # dimensions to audit (None: all of the attribute set)
-             domains:Sequence[str]|None=None, # domains to include (None: all nine; t2i only)
-             n_base_prompts:int|None=None, # base prompts (t2i) or source images (i2i); None: all
-             images_per_prompt:int=1, # images per prompt (t2i) or edits per source × attribute (i2i)
+             domains:Sequence[str]|None=None, # domains to include (None: all nine)
+             n_base_prompts:int|None=None, # base prompts, stratified by domain (None: all); in i2i each edits one source photograph
+             images_per_prompt:int=1, # images per prompt (t2i) or edits per base prompt × attribute value (i2i)
              llm:str|None=None, # TextLM name for Stage I LLM mode (None: template mode)
              judge:str="auto", # cue judge (see `resolve_judge`)
              judge2:str|None=None, # optional second judge for agreement
              seed:int=0, # master seed
-             source_dir:str|None=None, # I2I source images (default: data/images/public)
+             source_dir:str|None=None, # I2I photographs of people, each checked for a person (default: data/images/people)
              attribute_set:str="v1", # "v1", "v2" or a YAML path
              run_dir:str|None=None, # run folder (default: runs/acrb/<model>/<run_id>)
              runs_root:str="runs", # parent of default run folders
@@ -243,9 +386,15 @@ def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry n
              retry_failed:bool=False, # re-attempt Stage II calls stored as failed before the rest (not part of the spec)
              n_perm:int=2000, # permutation shuffles for each Δ's p-value
              retry:RetryPolicy=RetryPolicy(), # transient-error policy of every model call (429, 5xx, timeouts; not part of the spec)
+             export_labels:int|None=None, # draw a labelling sample of this many judged images of the cited analysis (`labelling_folder`; kept if there)
+             label_seed:int=0, # the labelling sample's own seed (not the run's); also picks among a run's samples (not part of the spec)
+             min_labels:int=30, # labels a value needs before its corrected erasure rate may be cited (not part of the spec)
+             sim_config=None, # planted-rate YAML of the sim generator or editor (None: data/sim/planted_acrb.yaml); its SHA-256 enters the spec
+             judge_config=None, # planted YAML of a sim judge (sim, sim-differential), e.g. a judge_error block (None: the judge's own); SHA-256 in the spec
             )->AcrbResult:
     "Run (or resume) a full ACRB audit and compute its metrics."
     execution = Execution.of(execution)
+    attributes, domains = as_list(attributes, "attributes"), as_list(domains, "domains")  # "religion", "culture,gender" or a list
     if mode not in ("t2i", "i2i"): raise ValueError(f"mode must be 't2i' or 'i2i', got {mode!r}")
     if domains is not None and (bad := sorted(set(domains) - set(DOMAINS))):
         raise ValueError(f"unknown domains {bad}; choose from {sorted(DOMAINS)}")
@@ -253,15 +402,22 @@ def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry n
     for n, v in (("n_base_prompts", n_base_prompts), ("images_per_prompt", images_per_prompt)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
             raise ValueError(f"{n} must be an integer ≥ 1{' or None (all)' if n == 'n_base_prompts' else ''}, got {v!r}")
-    if labels is not None and not Path(labels).exists(): raise FileNotFoundError(f"labels {labels} does not exist; pass the folder "
-                                                                                 "(or its labels.csv) that export_labelling_sample wrote")
+    if labels is not None: validation.check_labels_file(labels)  # there, beside its sample.json, key and human_label: before any folder
+    for n, v, lo in (("export_labels", export_labels, 1), ("min_labels", min_labels, 1), ("label_seed", label_seed, 0)):
+        if (v is not None or n != "export_labels") and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo):
+            raise ValueError(f"{n} must be an integer ≥ {lo}{' or None' if n == 'export_labels' else ''}, got {v!r}")
     attrs = load_attributes(attribute_set, list(attributes) if attributes else None)  # before any folder is made
     for j in (resolve_judge(judge, model), judge2):
         if j: judge_ref(j)  # unknown judge names fail here too
+    gen_kw, judge_kw, cfg_sha = _sim_configs(model, resolve_judge(judge, model), sim_config, judge_config)  # checked now, too
     params = dict(mode=mode, attributes=list(attributes) if attributes else None, domains=list(domains) if domains else None,
                   n_base_prompts=n_base_prompts, images_per_prompt=images_per_prompt, llm=llm,
-                  judge=resolve_judge(judge, model), judge2=judge2, source_dir=source_dir, attribute_set=attribute_set)
+                  judge=resolve_judge(judge, model), judge2=judge2, source_dir=source_dir, attribute_set=attribute_set,
+                  **cfg_sha)
     spec = RunSpec("acrb", model, params, seed)
+    gen_ref = AdapterRef.of("image_generator" if mode == "t2i" else "image_editor", model, **gen_kw)
+    judge_refs = (judge_ref(params["judge"], **judge_kw),) + ((judge_ref(judge2),) if judge2 else ())
+    sources = _i2i_sources(source_dir, domains, n_base_prompts, seed) if mode == "i2i" else None  # person-checked: before any folder or call
     run = Run(spec, root=runs_root, run_dir=run_dir)
     stages = {}  # where each model stage ran this session (manifest): the keys, and so the results, do not depend on it
     def note(stage, summary):
@@ -270,15 +426,23 @@ def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry n
     try:
         run.note_session(execution=execution.to_dict())
         run.add_input("attributes", data=[dataclasses.asdict(a) for a in attrs.variants])
+        for name, kw in (("sim_config", gen_kw), ("judge_config", judge_kw)):
+            if kw: run.add_input(name, path=kw["config"])
         s1 = _stage1(run, attrs, llm, domains, seed, progress, retry)
-        s1, s2 = _stage2(run, model, mode, s1, attrs, n_base_prompts, images_per_prompt, source_dir, seed, max_workers, progress,
+        s1, s2 = _stage2(run, gen_ref, mode, s1, attrs, n_base_prompts, images_per_prompt, sources, seed, max_workers, progress,
                          execution, retry_failed, note, retry)
         judges = (params["judge"],) + ((judge2,) if judge2 else ())
-        s3, det = _stage3(run, s1, s2, attrs, judges, seed, max_workers, progress, execution, note, retry)
-        long, A, C, summary = _summary(run, s3, spec, model, mode, judges, det, n_boot, n_perm, seed, exclude_policy_cells, labels, judge2)
-        s3.drop(columns=["metadata"], errors="ignore").assign(cues=s3.cues.map(json.dumps), **{c: s3[c].map(json.dumps) for c in s3
-                                                                                         if c.endswith("_probs")}).to_parquet(run.dir / "stage3_evaluation.parquet", index=False)
-        run.write_manifest("finished")  # stamps this session's end (a killed session stays "running")
-        return AcrbResult(run, s1, s3, long, summary, judges, A, summary["primary_analysis"], C)
+        s3, det = _stage3(run, s1, s2, attrs, judge_refs, seed, max_workers, progress, execution, note, retry)
     except BaseException:
         run.write_manifest("failed"); raise
+    # Every model call is done: the run is finished, whatever happens to the analysis below (a labels file that cannot be
+    # imported, say, fails the analysis and leaves the run's status and items as they are)
+    run.write_manifest("finished")  # stamps this session's end (a killed session stays "running")
+    s3.drop(columns=["metadata"], errors="ignore").assign(cues=s3.cues.map(json.dumps), **{c: s3[c].map(json.dumps) for c in s3
+                                                                                     if c.endswith("_probs")}).to_parquet(run.dir / "stage3_evaluation.parquet", index=False)
+    if model == "sim": sim_truth(s3, _sim_judge_config(judge_refs[0])).to_parquet(run.dir / SIM_TRUTH, index=False)
+    labelling = _export_labels(run, s3, export_labels, label_seed, exclude_policy_cells, min_labels)
+    long, A, C, summary = _summary(run, s3, spec, model, mode, judges, det, n_boot, n_perm, seed, exclude_policy_cells, labels, judge2,
+                                   min_labels, label_seed)
+    run.write_manifest("finished")  # again, with the analysis's files and this session's end after them
+    return AcrbResult(run, s1, s3, long, summary, judges, A, summary["primary_analysis"], C, labelling)

@@ -1,0 +1,185 @@
+"""Bring your own (issue 28): grounded I2I that works with the defaults and with a user's own folder, and an ACRB plan
+that prices the run that was asked for (items 1 and 4).
+
+Each test runs the command line (`python -m acrb_nb.report acrb ...`) as a subprocess in an empty temporary folder,
+as a new user would:
+
+- `-p model sim -p mode i2i` and nothing else runs; the report says how many source images were checked, kept and
+  excluded, and every kept one holds a person the detector finds (checked on the shipped set through the library);
+- `-p source_dir faces/` (relative to where the user runs) with photographs of people and one image without a person:
+  that image is excluded, counted and named, and never edited;
+- a folder without a person stops before any model call (counted at a loopback server standing in for the API);
+- plan-only prices the requested run: its calls are the calls a real run of the same parameters makes, and every
+  number is rounded for people.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[1]
+PEOPLE = ROOT / "data" / "images" / "people"
+PUBLIC = ROOT / "data" / "images" / "public"
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+       "MPLBACKEND": "Agg", "ACRB_PROGRESS": "0"}
+
+
+def cli(*args, cwd, env=None, timeout=550):
+    "`acrb-report acrb ARGS` from `cwd`; the CompletedProcess."
+    return subprocess.run([sys.executable, "-m", "acrb_nb.report", "acrb", *map(str, args)], cwd=cwd, env=env or ENV,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def text_of(html_path: Path) -> str:
+    "The visible text of a rendered report, whitespace collapsed."
+    import html
+    s = re.sub(r"<style.*?</style>|<script.*?</script>", " ", html_path.read_text(), flags=re.S)
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", s)))
+
+
+def only(cwd: Path, pattern: str) -> Path:
+    (p,) = list((cwd / "runs").rglob(pattern))
+    return p
+
+
+SOURCES_LINE = re.compile(r"Source images in .*?: (\d+) checked, (\d+) kept, (\d+) excluded \(no person found\)")
+
+
+# ------------------------------------------------------------------------------------------------------ item 1
+def test_i2i_defaults_run_on_photographs_of_people(tmp_path):
+    r = cli("-p", "model", "sim", "-p", "mode", "i2i", cwd=tmp_path)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    text = text_of(tmp_path / "reports" / "acrb" / "sim.html")
+    m = SOURCES_LINE.search(text)
+    assert m, "the report must say how many source images were checked, kept and excluded"
+    from acrb_nb.acrb.sources import DEFAULT_SOURCES, PersonDetector, IMAGE_EXTS
+    shipped = sorted(p.name for p in DEFAULT_SOURCES.iterdir() if p.suffix.lower() in IMAGE_EXTS)
+    assert DEFAULT_SOURCES.resolve() == PEOPLE.resolve() and len(shipped) >= 3
+    assert tuple(map(int, m.groups())) == (len(shipped), len(shipped), 0)
+    srcs = pd.read_csv(only(tmp_path, "sources.csv"))
+    assert sorted(srcs.source_id) == shipped and srcs.kept.all()
+    det = PersonDetector()  # the kept ones hold a person the detector finds, asked again through the library
+    assert all(det.detect(DEFAULT_SOURCES / s)["has_person"] for s in srcs.source_id[srcs.kept])
+    s3 = pd.read_parquet(only(tmp_path, "stage3_evaluation.parquet"))
+    assert s3.base_id.nunique() == 18 and s3.domain.nunique() == 9                  # n_base_prompts=18, stratified by domain
+    assert s3.groupby("base_id").source_id.nunique().max() == 1                      # one photograph per base prompt
+    assert s3.drop_duplicates("base_id").source_id.value_counts().tolist() == [6, 6, 6]   # reused evenly
+    assert (s3.cluster == s3.base_id).all() and s3.text.str.startswith("Edit this photo so that it shows").all()
+    assert set(s3.source_id) <= set(srcs.source_id[srcs.kept])
+
+
+def test_users_own_folder_relative_path_person_check(tmp_path):
+    faces = tmp_path / "faces"
+    faces.mkdir()
+    for p in sorted(PEOPLE.glob("*.jpg")): shutil.copy(p, faces / p.name)
+    shutil.copy(PUBLIC / "coins.jpg", faces / "coins.jpg")               # no person: excluded, counted, named
+    r = cli("-p", "model", "sim", "-p", "mode", "i2i", "-p", "source_dir", "faces/", "-p", "attributes", "gender",
+            "-p", "n_base_prompts", "6", "-p", "n_boot", "200", cwd=tmp_path)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    text = text_of(tmp_path / "reports" / "acrb" / "sim.html")
+    m = SOURCES_LINE.search(text)
+    assert m and tuple(map(int, m.groups())) == (4, 3, 1), m and m.group(0)
+    assert re.search(r"Excluded, and never edited: coins\.jpg \(no face found", text)
+    spec = json.loads(only(tmp_path, "spec.json").read_text())
+    assert Path(spec["params"]["source_dir"]) == faces.resolve()               # the user's folder, not one under nbs/
+    srcs = pd.read_csv(only(tmp_path, "sources.csv")).set_index("source_id")
+    assert not srcs.kept["coins.jpg"] and srcs.reason["coins.jpg"].startswith("excluded: no face found")
+    assert srcs.kept.drop("coins.jpg").all()
+    s3 = pd.read_parquet(only(tmp_path, "stage3_evaluation.parquet"))
+    assert "coins.jpg" not in set(s3.source_id) and s3.source_id.nunique() == 3
+    assert len(s3) == 6 * 4                                                    # 6 base prompts × (3 gender values + neutral)
+
+
+class CountingServer:
+    "An HTTP server on 127.0.0.1 that answers every request 401 (OpenAI's error shape) and counts the requests."
+    def __init__(self):
+        self.count, lock, outer = 0, threading.Lock(), self
+        class H(BaseHTTPRequestHandler):
+            def _any(self):
+                with lock: outer.count += 1
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                body = json.dumps({"error": {"message": "Incorrect API key provided.", "type": "invalid_request_error",
+                                             "code": "invalid_api_key"}}).encode()
+                self.send_response(401); self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
+            do_GET = do_POST = _any
+            def log_message(self, *a): pass
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self): self.server.shutdown(); self.server.server_close()
+
+
+def test_folder_without_a_person_stops_before_any_call(tmp_path):
+    things = tmp_path / "things"
+    things.mkdir()
+    for n in ("brick.jpg", "chelsea.jpg", "coins.jpg"): shutil.copy(PUBLIC / n, things / n)
+    srv = CountingServer()
+    try:
+        env = {**ENV, "OPENAI_BASE_URL": srv.url, "OPENAI_API_KEY": "dummy-key-for-the-loopback"}
+        r = cli("-p", "model", "gpt-image-1", "-p", "mode", "i2i", "-p", "source_dir", "things", "-p", "attributes", "gender",
+                "-p", "judge", "clip:sim", "-p", "n_boot", "200", cwd=tmp_path, env=env)
+    finally:
+        srv.close()
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out[-2000:]
+    assert "no photograph of a person in" in out, out[-3000:]
+    assert "coins.jpg: no face found" in out and "leave source_dir unset" in out   # what was found, and what to do
+    assert srv.count == 0, f"{srv.count} requests reached the API"
+    assert not (tmp_path / "runs").exists(), "checked before a run folder is made"
+
+
+# ------------------------------------------------------------------------------------------------------ item 4
+NOISE = re.compile(r"\d\.\d{5,}")  # float noise: 1.7220000000000002, 3.990000
+
+
+def _plan_section(text: str) -> str:
+    return text[text.index("Audit plan"):]
+
+
+@pytest.mark.parametrize("mode", ["t2i", "i2i"])
+def test_plan_only_prices_the_requested_run(tmp_path, mode):
+    from acrb_nb.report import read_headlines
+    args = ["-p", "model", "sim", "-p", "mode", mode, "-p", "attributes", "gender", "-p", "n_base_prompts", "5",
+            "-p", "images_per_prompt", "2", "-p", "n_boot", "200"]
+    plan_dir, run_dir = tmp_path / "plan", tmp_path / "run"
+    plan_dir.mkdir(); run_dir.mkdir()
+    r = cli(*args, "-p", "plan_only", "True", cwd=plan_dir)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert not (plan_dir / "runs").exists()                                    # nothing run
+    h = read_headlines(plan_dir / "reports" / "acrb" / "sim.ipynb")
+    text = text_of(plan_dir / "reports" / "acrb" / "sim.html")
+    assert text.count("not run") == 1 and "Stage II: outcomes" not in text     # one notice, later cells dropped
+    assert text.index("This run") < text.index("The power-target design")          # the requested run first
+    assert not NOISE.search(_plan_section(text)), NOISE.search(_plan_section(text)).group(0)
+    assert h["generator_calls"] == 5 * 2 * 4 and h["cost_usd"] == 0.0 and h["wall_time"] == "unknown"
+    r2 = cli(*args, cwd=run_dir)                                                # the same parameters, run for real
+    assert r2.returncode == 0, (r2.stdout + r2.stderr)[-3000:]
+    s3 = pd.read_parquet(only(run_dir, "stage3_evaluation.parquet"))
+    assert len(s3) == s3.key.nunique() == h["generator_calls"]                  # the plan's calls are the run's calls
+
+
+def test_plan_only_api_model_cost_and_time_for_people(tmp_path):
+    from acrb_nb.report import read_headlines
+    from acrb_nb.acrb.plan import plan_run
+    r = cli("-p", "model", "gpt-image-1", "-p", "plan_only", "True", cwd=tmp_path)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    h = read_headlines(tmp_path / "reports" / "acrb" / "gpt-image-1.ipynb")
+    text = text_of(tmp_path / "reports" / "acrb" / "gpt-image-1.html")
+    want = plan_run("gpt-image-1", n_base_prompts=18, n_judges=1).plan                # the template's defaults
+    assert h["generator_calls"] == want["generator_calls"] == 18 * 24
+    assert h["cost_usd"] == want["cost_usd_expected"] == round(h["cost_usd"], 2) > 0  # dollars and cents
+    assert h["wall_time"] == want["wall_time"] and re.fullmatch(r"(\d+ h \d\d min|\d+ min)", h["wall_time"])
+    assert f"${h['cost_usd']:,.2f}" in text and f"wall time {h['wall_time']}" in text
+    assert not NOISE.search(_plan_section(text))
