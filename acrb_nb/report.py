@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import configparser
 import html
 import json
@@ -20,46 +19,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
+from .params import (NO_DEFAULT, ParameterError, SecretParameterError, absolute_paths, check_inputs, check_parameters,
+                         list_parameters, parse_value, template_parameters)  # what a report is given, checked first (89_params)
+
 # %% auto #0
-__all__ = ['HEADLINE_MIME', 'STOP_MIME', 'MODEL_PARAMETERS', 'INPUT_PATHS', 'REPORT_CSS', 'STUDIES', 'ParameterError',
-           'SecretParameterError', 'template_parameters', 'parse_value', 'check_secrets', 'scan_for_secrets',
-           'is_list_parameter', 'list_parameters', 'check_parameters', 'headline', 'read_headlines', 'stop_report',
-           'build_index', 'absolute_paths', 'check_inputs', 'ReportResult', 'render_report', 'find_nbs',
+__all__ = ['HEADLINE_MIME', 'STOP_MIME', 'REPORT_CSS', 'STUDIES', 'check_secrets', 'scan_for_secrets', 'headline',
+           'read_headlines', 'stop_report', 'build_index', 'ReportResult', 'render_report', 'find_nbs',
            'resolve_template', 'execution_parameters', 'main']
-
-# %% ../nbs/90_report.ipynb #47692c28
-class ParameterError(ValueError):
-    "A report parameter is unknown, of the wrong type, or not allowed."
-
-class SecretParameterError(ParameterError):
-    "A report parameter looks like a credential: keys belong in environment variables."
-
-_NO_DEFAULT = object()
-
-def template_parameters(template: str | Path, # a report notebook whose first code cell is tagged `parameters`
-                       ) -> dict[str, dict]:
-    "Parameters of `template`: name → {'default': value, 'source': text, 'help': comment, 'type': annotation or None}."
-    import papermill as pm
-    template = Path(template)
-    if not template.exists(): raise FileNotFoundError(f"report template {template} not found")
-    out = {}
-    for name, p in pm.inspect_notebook(str(template)).items():
-        try: default = ast.literal_eval(p["default"])
-        except (ValueError, SyntaxError, TypeError): default = _NO_DEFAULT
-        ann = p.get("inferred_type_name")
-        out[name] = dict(default=default, source=p["default"], help=p.get("help", ""), type=None if ann in (None, "None") else ann)
-    return out
-
-# %% ../nbs/90_report.ipynb #b91cec30
-def parse_value(s: str, # a raw `-p` value from the command line
-               ) -> Any:
-    "Type a command-line value like papermill's `-p`: bool, None, int, float, else the string itself."
-    if s in ("True", "False"): return s == "True"
-    if s == "None": return None
-    for typ in (int, float):
-        try: return typ(s)
-        except ValueError: pass
-    return s
 
 # %% ../nbs/90_report.ipynb #81fed1ae
 from .core import REDACTED, KEY_PATTERNS, secret_values, check_no_secrets  # one set of secret rules for the whole toolkit
@@ -110,87 +76,6 @@ def scan_for_secrets(paths, # a file, a folder (searched recursively) or a list 
             if redacted: path.write_bytes(masked)
         hits += [dict(path=str(path), name=name, count=n, redacted=redacted) for name, n in found.items()]
     return hits
-
-# %% ../nbs/90_report.ipynb #0e069a1c
-_TYPE_NAMES = {bool: "bool (True/False)", int: "int", float: "float", str: "str", list: "list", dict: "dict"}
-
-def _type_ok(value, default) -> bool:
-    if value is None or default is None or default is _NO_DEFAULT: return True
-    if isinstance(default, bool): return isinstance(value, bool)
-    if isinstance(value, bool): return False
-    if isinstance(default, int): return isinstance(value, int)
-    if isinstance(default, float): return isinstance(value, (int, float))
-    if isinstance(default, str): return isinstance(value, str)
-    if isinstance(default, (list, tuple)): return isinstance(value, (list, tuple))
-    if isinstance(default, dict): return isinstance(value, Mapping)
-    return True
-
-_ANNOTATED = {"str": "", "int": 0, "float": 0.0, "bool": False, "list": [], "List": [], "dict": {}, "Dict": {}}
-
-def _kinds(annotation) -> list:
-    return [t for t in re.findall(r"\w+", annotation or "") if t in _ANNOTATED]
-
-def _annotated_ok(value, annotation:str) -> bool | None:
-    "Whether `value` fits a parameter annotated like `'Optional[list]'` or `'Union[str, list]'`; None without a usable annotation."
-    kinds = _kinds(annotation)
-    if not kinds: return None
-    return value is None or any(_type_ok(value, _ANNOTATED[t]) for t in kinds)
-
-def is_list_parameter(spec: Mapping) -> bool:
-    "Whether a template parameter (an entry of `template_parameters`) takes a list: its default is one, or its annotation says list."
-    return isinstance(spec.get("default"), (list, tuple)) or bool({"list", "List"} & set(_kinds(spec.get("type"))))
-
-def list_parameters(params: Mapping[str, Any], # parameters to pass
-                    specs: Mapping[str, dict], # the template's parameters, from `template_parameters`
-                   ) -> dict:
-    "`params` with each list parameter given as a string read by `core.as_list`: 'religion' → ['religion'], 'a,b' → ['a', 'b']."
-    from acrb_nb.core import as_list  # the one rule the templates and the studies apply too
-    return {k: as_list(v, k) if isinstance(v, str) and k in specs and is_list_parameter(specs[k]) else v
-            for k, v in params.items()}
-
-def _example(name, default) -> str:
-    if isinstance(default, (list, tuple, dict)): return f"-y '{name}: {json.dumps(default)}'"
-    return f"-p {name} {default}"
-
-_READERS = {  # parameters every study reads with one function: the CLI reads them the same way, so a typo fails first
-    "execution": ("Execution", "-p execution ray, or -y 'execution: {executor: ray, num_gpus: 1}'"),
-    "budget": ("Budget", "--budget '{rpm: 60, concurrency: 4}', -y 'budget: {gpt-image-1: {rpm: 20}}' or -p budget unlimited"),
-}
-
-def _problem(k, v, spec, template) -> str | None:
-    "What is wrong with parameter `k` = `v`, or None."
-    if k in _READERS:  # one option, one type everywhere (06a_execution): read as the studies read it
-        from acrb_nb import execution  # imported when needed: `acrb-report --help` stays instant
-        cls, eg = _READERS[k]
-        try: getattr(execution, cls).of(v)
-        except (TypeError, ValueError) as e: return f"parameter {k!r} of {template}: {e}; e.g. {eg}"
-        return None
-    d, ann = spec["default"], _annotated_ok(v, spec.get("type"))
-    if ann is True or (ann is None and _type_ok(v, d)): return None
-    want = spec["type"] if ann is False else next((n for t, n in _TYPE_NAMES.items() if isinstance(d, t)), type(d).__name__)
-    return (f"parameter {k!r} of {template} expects {want} like its default {spec['source']}, got {type(v).__name__} {v!r}; "
-            f"e.g. {_example(k, d)}")
-
-def check_parameters(params: Mapping[str, Any], # parameters to pass (list parameters already read by `list_parameters`)
-                     specs: Mapping[str, dict], # the template's parameters, from `template_parameters`
-                     template: str = "the template", # template name for error messages
-                     lines: Mapping[str, int] | None = None, # line of each parameter in a config file, for the messages
-                    ) -> None:
-    "Raise one `ParameterError` listing every unknown name (with a close match) and every value of the wrong type."
-    import difflib
-    at = lambda k: f" (line {lines[k]})" if lines and lines.get(k) else ""
-    problems = []
-    for k, v in params.items():
-        if k not in specs:
-            close = difflib.get_close_matches(str(k), list(specs), n=1)
-            problems.append(f"unknown parameter {k!r} for {template}{at(k)}" + (f": did you mean {close[0]!r}?" if close else ""))
-        elif (p := _problem(k, v, specs[k], template)): problems.append(p + at(k))
-    if not problems: return
-    valid = ", ".join(f"{k}={v['source']}" for k, v in specs.items()) or "(none: it has no cell tagged 'parameters')"
-    head = problems[0] if len(problems) == 1 else f"{len(problems)} problems with the parameters of {template}:\n" + \
-           "\n".join(f"  {i}. {p}" for i, p in enumerate(problems, 1))
-    tail = (f"; its parameters (with defaults) are: {valid}" if any(p.startswith("unknown parameter") for p in problems) else "")
-    raise ParameterError(head + tail)
 
 # %% ../nbs/90_report.ipynb #fb91cd56
 HEADLINE_MIME = "application/vnd.acrb.headline+json"
@@ -368,63 +253,6 @@ def build_index(out_dir: str | Path = "reports", # reports folder holding <study
     path.write_text(_index_html(rows, generated), encoding="utf-8")
     return path
 
-# %% ../nbs/90_report.ipynb #2b8003d0
-def _pathlike_name(name:str)->bool: return name in ("out", "preds") or name.endswith(("_dir", "_path", "_file"))
-
-def absolute_paths(params: Mapping[str, Any], # parameters about to be passed to a template
-                   cwd: str | Path | None = None, # the folder relative paths are read from; the current directory by default
-                  ) -> dict:
-    "`params` with relative paths made absolute against `cwd`: existing files and folders, and the values of path-named parameters."
-    base = Path(cwd or Path.cwd()).resolve()
-    out = dict(params)
-    for k, v in params.items():
-        if not isinstance(v, str) or not v or "://" in v: continue
-        p = Path(v).expanduser()
-        if p.is_absolute(): out[k] = str(p); continue
-        looks = "/" in v or "\\" in v or "." in v
-        if _pathlike_name(k) or (looks and (base / p).exists()): out[k] = str(base / p)
-    return out
-
-# %% ../nbs/90_report.ipynb #4e67ee80
-def _acrb_models(p):
-    yield "model", p.get("model"), ("image_editor",) if p.get("mode") == "i2i" else ("image_generator",)
-    for j in ("judge", "judge2"):
-        v = p.get(j)
-        if isinstance(v, str) and v and v != "auto":
-            yield (j, v.split(":", 1)[1], ("image_text_encoder",)) if v.startswith("clip:") else (j, v, ("vision_judge",))
-    if p.get("llm"): yield "llm", p["llm"], ("text_lm",)
-
-def _iat_models(p):
-    text = p.get("design") == "text"
-    yield "model", p.get("model"), ("text_lm",) if text else ("vision_judge",)
-    if not text and p.get("images") is None: yield "generator", p.get("generator"), ("image_generator",)
-    if p.get("encoder"): yield "encoder", p["encoder"], ("image_text_encoder",)
-
-MODEL_PARAMETERS = {  # study template → (parameter, name, registry kinds) of every model it will load or call
-    "acrb": _acrb_models,
-    "toxicity": lambda p: [("model", p.get("model"), ("text_lm",))],
-    "iat": _iat_models,
-}
-INPUT_PATHS = ("preds", "source_dir", "labels", "images", "image_dir")  # and every *_file parameter: inputs that must exist
-
-def check_inputs(study: str, # the template's study name (a key of `MODEL_PARAMETERS`, or your own template's)
-                 params: Mapping[str, Any], # every parameter the template will see: its defaults updated with yours
-                 template: str = "the template", # for messages
-                ) -> None:
-    "Raise one `ParameterError` for every model name that does not resolve and every input path that does not exist."
-    from acrb_nb.adapters.base import resolve_model_name  # loads the registries, not the models
-    problems = []
-    for k, name, kinds in MODEL_PARAMETERS.get(study, lambda p: [])(params):
-        if k not in params: continue  # a template without that parameter (your own template under a study's name)
-        try: resolve_model_name(name, kinds, where=k)
-        except ValueError as e: problems.append(str(e))
-    for k, v in params.items():
-        if (k in INPUT_PATHS or k.endswith("_file")) and isinstance(v, str) and v and not Path(v).expanduser().exists():
-            problems.append(f"parameter {k!r}: {v} not found" + ("" if Path(v).is_absolute() else f" (read from {Path.cwd()})"))
-    if problems:
-        raise ParameterError(problems[0] if len(problems) == 1 else
-                             f"{len(problems)} problems with the inputs of {template}:\n" + "\n".join(f"  {i}. {p}" for i, p in enumerate(problems, 1)))
-
 # %% ../nbs/90_report.ipynb #677e8f49
 @dataclass(frozen=True)
 class ReportResult:
@@ -526,9 +354,9 @@ def render_report(template: str | Path, # report notebook, e.g. nbs/acrb.ipynb
     study = study or template.stem
     if model is None:
         model = params.get("model", specs.get("model", {}).get("default"))
-        if not isinstance(model, str): model = "default" if model in (None, _NO_DEFAULT) else str(model)
+        if not isinstance(model, str): model = "default" if model in (None, NO_DEFAULT) else str(model)
     params = absolute_paths(params, paths_from)  # -p preds data/x.csv means the user's data/x.csv, not nbs/data/x.csv
-    defaults = {k: v["default"] for k, v in specs.items() if v["default"] is not _NO_DEFAULT}
+    defaults = {k: v["default"] for k, v in specs.items() if v["default"] is not NO_DEFAULT}
     check_inputs(study, {**defaults, **params}, template.name)
 
     # 2. execute into a staging folder beside the report: a failed attempt never replaces a good report

@@ -78,6 +78,7 @@ def test_iat_report_plan_only_makes_no_call(tmp_path):
     assert calls == [], calls                       # zero model calls
     assert not (tmp_path / "run").exists()          # and no run folder
     h = row["headlines"]
-    assert h["plan_only"] is True and h["pairs"] == 7 and h["trials_planned"] == 7 * 162 and h["judge_calls_planned"] == 7 * 162
-    assert "Plan only:" in html and "human labels in total" in html
-    assert "no planted values to compare with" in html and "plan only: no embedding variant" in html
+    assert h["plan_only"] is True and h["pairs"] == 7 and h["trials"] == 7 * 162 and h["judge_calls"] == 7 * 162
+    assert h["cost_usd"] == round(7 * 162 * 0.002, 2)               # the judge at usd_per_judge_call; no image generated
+    assert html.count("Plan only (plan_only=True)") == 1 and "human labels in total" in html
+    assert "Design summary" not in html and "Embedding variant" not in html  # the report ends at the plan (stop_report)

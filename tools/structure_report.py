@@ -14,9 +14,9 @@ LAYERS = [
     ("core", ["core"]),
     ("infrastructure", ["store", "runner", "stats", "data", "testing"]),
     ("adapters", ["adapters"]),
-    ("execution", ["ray_exec", "execution", "validation", "planning"]),
+    ("execution", ["ray_exec", "execution", "validation", "labels", "planning"]),
     ("studies", ["acrb", "toxicity", "fairness", "iat"]),
-    ("reports", ["report", "smoke"]),
+    ("reports", ["report", "smoke", "params"]),
 ]
 STUDIES = {"acrb", "toxicity", "fairness", "iat"}
 

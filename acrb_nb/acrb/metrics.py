@@ -72,7 +72,7 @@ def planted_long(n_prompts:int|None=None, # base prompts (stratified by domain, 
                 )->tuple:
     "(long table, planted rates per attribute) of one audit drawn straight from a planted config: no images, no judge."
     from acrb_nb.adapters.planted import load_planted_acrb
-    from acrb_nb.acrb.pipeline import select_base_ids
+    from acrb_nb.acrb.prompts import select_base_ids
     cfg = load_planted_acrb(config)
     per, attrs = _planted_design(attribute_set)
     per = per[per.base_id.isin(select_base_ids(per, n_prompts, seed))].reset_index(drop=True)

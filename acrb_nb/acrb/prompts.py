@@ -8,7 +8,7 @@ import dataclasses, difflib, json, os, re
 from pathlib import Path
 from typing import Mapping, Sequence
 import pandas as pd
-from ..core import sha256_hex, item_key, seed_int, atomic_write, check_keys
+from ..core import sha256_hex, item_key, seed_int, atomic_write, check_keys, rng
 from ..store import ItemStore, Run
 from ..runner import RetryPolicy, StageResult
 from ..execution import run_model_items
@@ -20,7 +20,7 @@ from .prompt_sets import (DOMAINS, SLOT, NEUTRAL_ID, Attribute, AttributeSet, Ba
 __all__ = ['BOUNDARY_INSTRUCTIONS', 'VARIANT_INSTRUCTIONS', 'MODES', 'STAGE1_COLUMNS', 'i2i_instruction', 'expand_template',
            'check_minimal_pairs', 'boundary_messages', 'variant_messages', 'ValidationLimits', 'scene_similarity',
            'load_danger_cues', 'clean_llm_text', 'validate_boundary', 'validate_variant', 'stage1_prompts',
-           'stage1_schema', 'write_stage1', 'read_stage1']
+           'select_base_ids', 'stage1_schema', 'write_stage1', 'read_stage1']
 
 # %% ../../nbs/10_acrb.prompts.ipynb #fbe048d1
 def _lower_article(text:str)->str:
@@ -423,6 +423,25 @@ STAGE1_COLUMNS = {
     "scene_similarity": "word-sequence similarity of text to neutral_text", "seed": "run seed",
     "text_sha256": "SHA-256 of text",
 }
+
+# %% ../../nbs/10_acrb.prompts.ipynb #770ea466
+def select_base_ids(stage1:pd.DataFrame, # Stage I rows
+                    n:int|None, # number of base prompts (None: all)
+                    seed:int=0, # sampling seed
+                   )->list:
+    "Base prompt ids, stratified by domain, seeded."
+    per = stage1.drop_duplicates("base_id")[["base_id", "domain"]].sort_values("base_id")
+    if n is None or n >= len(per): return per.base_id.tolist()
+    if n < 1: raise ValueError(f"n_base_prompts must be ≥ 1, got {n}")
+    g = rng(seed, "acrb", "base-prompts")
+    doms = sorted(per.domain.unique())
+    quota = {d: n // len(doms) for d in doms}
+    for d in g.permutation(doms)[: n % len(doms)]: quota[d] += 1
+    out = []
+    for d in doms:
+        ids = per.base_id[per.domain == d].tolist()
+        out += [ids[i] for i in sorted(g.permutation(len(ids))[: quota[d]])]
+    return sorted(out)
 
 # %% ../../nbs/10_acrb.prompts.ipynb #3bbd753a
 _LIST_COLUMNS = ("cues", "trigger_words", "anchor_terms", "context_attributes", "validation_reasons")
