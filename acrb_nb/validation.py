@@ -4,25 +4,27 @@
 
 # %% ../nbs/07_validation.ipynb #4c760119
 from __future__ import annotations
-import dataclasses, json, math, shutil, sys, warnings
-from pathlib import Path
+import dataclasses, json, math, sys, warnings
 from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 from scipy import special
 from scipy import stats as sps
-from .core import atomic_write, canonical_json, item_key, rng, sha256_hex, utcnow
-from .store import ItemStore, Run
+from .core import canonical_json, rng
+from .labels import LABELS_CSV, SAMPLE_JSON, LabelSample, label_key, sample_ids, sample_design
+from .labels import export_for_labelling, check_labels_file, import_labels, labels_frame
 from . import stats
 from .stats.resample import as_generator, check_columns, numeric_outcome
+_all_ = ["LABELS_CSV", "SAMPLE_JSON", "LabelSample", "label_key", "sample_ids", "sample_design",
+         "export_for_labelling", "check_labels_file", "import_labels", "labels_frame"]   # re-exported from labels
 
 # %% auto #0
-__all__ = ['ERASED', 'LABELS_CSV', 'SAMPLE_JSON', 'KAPPA_INTERVAL', 'UNCORRECTED', 'CORRECTED', 'RATE_COLUMNS',
-           'PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS', 'LabelPopulation', 'label_items', 'acrb_label_items',
-           'iat_label_items', 'toxicity_label_items', 'allocate', 'LabelSample', 'sample_items', 'label_key',
-           'sample_ids', 'sample_design', 'export_for_labelling', 'check_labels_file', 'import_labels', 'labels_frame',
-           'binarize', 'agreement', 'ppi_lambda', 'ppi_rate', 'rogan_gladen', 'corrected_rates', 'correction_note',
-           'simulate_judged_audit', 'corrected_differences', 'corrected_delta', 'coverage_study', 'coverage_summary']
+__all__ = ['ERASED', 'KAPPA_INTERVAL', 'UNCORRECTED', 'CORRECTED', 'RATE_COLUMNS', 'PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS',
+           'LabelPopulation', 'label_items', 'acrb_label_items', 'iat_label_items', 'toxicity_label_items', 'allocate',
+           'sample_items', 'binarize', 'agreement', 'ppi_lambda', 'ppi_rate', 'rogan_gladen', 'corrected_rates',
+           'correction_note', 'simulate_judged_audit', 'corrected_differences', 'corrected_delta', 'coverage_study',
+           'coverage_summary', 'LABELS_CSV', 'SAMPLE_JSON', 'LabelSample', 'label_key', 'sample_ids', 'sample_design',
+           'export_for_labelling', 'check_labels_file', 'import_labels', 'labels_frame']
 
 # %% ../nbs/07_validation.ipynb #335d7231
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -156,13 +158,6 @@ def allocate(sizes:Mapping[str, int], # stratum → number of items N_h
         for h in open_: add = min(share, sizes[h] - a[h]); a[h] += add; left -= add
     return a
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class LabelSample:
-    "A stratified random sample of a population: the sampled rows, the stratum columns and the recorded design."
-    items: pd.DataFrame # the sampled rows with stratum, N_h, n_h, pi and weight
-    strata: tuple # stratum columns
-    design: dict # strata, allocation, seed, n, population, per-stratum N / n / π
-
 def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `label_items`, or a frame with one row per item)
                  n:int, # labels wanted in total
                  strata:Sequence[str]|None=None, # stratum columns (None: the population's own, or none for a plain frame)
@@ -191,185 +186,6 @@ def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `lab
         "strata": strata, "allocation": allocation, "seed": int(seed), "n": int(n), "population": int(len(d)),
         "per_stratum": {h: {"N": int(sizes[h]), "n": int(alloc[h]), "pi": alloc[h] / sizes[h]} for h in sorted(sizes)},
         **({"scope": json.loads(canonical_json(scope))} if (scope := getattr(pop, "scope", None)) else {})})
-
-# %% ../nbs/07_validation.ipynb #6c528be9
-LABELS_CSV, SAMPLE_JSON = "labels.csv", "sample.json"
-_META_INDEX = "validation.samples"
-
-def _st(run)->ItemStore:
-    if isinstance(run, Run): return run.store
-    if isinstance(run, ItemStore): return run
-    raise TypeError(f"expected a Run or an ItemStore, got {type(run).__name__}")
-
-def label_key(item:str, # the labelled item's key in the run
-              task:str="cue", # what was labelled (one item can be labelled for several tasks)
-             )->str:
-    "Store key of a human label: the labelled item's key hashed with the labelling task."
-    return item_key("validation.label", item=str(item), task=task)
-
-def _register_sample(store:ItemStore, design:dict):
-    store.set_meta(f"validation.sample:{design['sample_id']}", canonical_json(design))
-    ids = json.loads(store.get_meta(_META_INDEX, "[]"))
-    if design["sample_id"] not in ids: store.set_meta(_META_INDEX, canonical_json(sorted(ids + [design["sample_id"]])))
-
-def sample_ids(run:Run|ItemStore, # the run
-              )->list:
-    "The ids of the labelling samples exported from this run (sorted)."
-    return json.loads(_st(run).get_meta(_META_INDEX, "[]"))
-
-def sample_design(run:Run|ItemStore, # the run
-                  sample_id:str|None=None, # None: the only sample of the run (error if several)
-                 )->dict:
-    "The design recorded for a labelling sample of this run (strata, allocation, seed, N_h, n_h, π, keys)."
-    store = _st(run)
-    ids = json.loads(store.get_meta(_META_INDEX, "[]"))
-    if sample_id is None:
-        if len(ids) != 1: raise ValueError(f"this run has {len(ids)} labelling samples {ids}; pass sample_id= one of them")
-        sample_id = ids[0]
-    raw = store.get_meta(f"validation.sample:{sample_id}")
-    if raw is None: raise ValueError(f"sample {sample_id!r} was not exported from this run (its samples: {ids}); import labels into "
-                                     "the run they were drawn from, or export a new sample from this run with export_for_labelling")
-    return json.loads(raw)
-
-# %% ../nbs/07_validation.ipynb #b691774c
-def _copy_images(paths, key:str, run_dir:Path, folder:Path)->str:
-    "Copy an item's image(s) into folder/images/ and return their paths relative to the folder (';'-joined)."
-    if paths is None or (isinstance(paths, float) and math.isnan(paths)) or (isinstance(paths, str) and not paths): return ""
-    ps = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    out = []
-    for i, p in enumerate(ps):
-        src = Path(p) if Path(p).is_absolute() else run_dir / p
-        if not src.exists(): raise FileNotFoundError(f"image {src} of item {key} does not exist; was the run folder moved?")
-        name = f"{key}{'' if len(ps) == 1 else f'_{i + 1}'}{src.suffix or '.png'}"
-        dst = folder / "images" / name; dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst); out.append(f"images/{name}")
-    return ";".join(out)
-
-def export_for_labelling(sample:LabelSample, # from `sample_items`
-                         folder, # destination folder (created)
-                         run:Run|ItemStore, # the run the items belong to (blobs are read from it; the design is recorded in it)
-                         *, labels:Sequence[str]=("present", "absent", "substituted"), # allowed values of human_label
-                         task:str="cue", # what is labelled (part of the label's store key)
-                         show_verdict:bool=False, # add the judge's verdict as a column (off: blind labelling)
-                         seed:int=0, # orders the rows
-                         overwrite:bool=False, # replace an existing labels.csv (its labels are lost)
-                        )->Path:
-    "Write labels.csv (+ images/, sample.json) for hand labelling and record the sample's design in the run."
-    if not isinstance(sample, LabelSample):
-        raise TypeError(f"export_for_labelling takes the LabelSample of `sample_items`, got {type(sample).__name__}")
-    strata, design0, sample = list(sample.strata), sample.design, sample.items
-    check_columns(sample, ["key", "stratum", "pi", "question", "image", "text", "verdict"], "export_for_labelling")
-    folder = Path(folder); csv = folder / LABELS_CSV
-    if csv.exists() and not overwrite:
-        raise FileExistsError(f"{csv} already exists (it may hold labels); import it with import_labels, choose another "
-                              "folder, or pass overwrite=True to replace it")
-    store = _st(run); run_dir = store.path.parent
-    known = store.status_of(sample.key.tolist())
-    missing = [k for k in sample.key if known.get(k) is None]
-    if missing: raise ValueError(f"{len(missing)} sampled keys are not items of this run (e.g. {missing[0]!r}); sample from this run's items")
-    labels = [str(l).strip() for l in labels]
-    if len(set(l.lower() for l in labels)) != len(labels) or "" in labels:
-        raise ValueError(f"labels={labels}: give distinct, non-empty label values")
-    design = {"format": "acrb_nb.labels/1", "task": task, "labels": labels, "show_verdict": bool(show_verdict),
-              "design": design0, "run_id": getattr(getattr(run, "spec", None), "run_id", None),
-              "items": [{"key": k, "stratum": h, "pi": float(p)} for k, h, p in
-                        sorted(zip(sample.key, sample.stratum, sample.pi))]}
-    design["sample_id"] = sha256_hex({k: design[k] for k in ("task", "labels", "design", "items")})[:12]
-    order = rng(seed, "validation.order", design["sample_id"]).permutation(len(sample))
-    rows = []
-    for r in sample.iloc[order].to_dict("records"):
-        row = {"key": r["key"], **{c: r[c] for c in strata}, "question": r["question"],
-               "image": _copy_images(r["image"], r["key"], run_dir, folder), "text": r["text"] if isinstance(r["text"], str) else ""}
-        if show_verdict: row["judge_verdict"] = r["verdict"]
-        rows.append({**row, "human_label": "", "notes": ""})
-    atomic_write(csv, pd.DataFrame(rows).to_csv(index=False, lineterminator="\n"))
-    atomic_write(folder / SAMPLE_JSON, json.dumps({**design, "created_at": utcnow()}, indent=2, ensure_ascii=False))
-    _register_sample(store, design)
-    return folder
-
-# %% ../nbs/07_validation.ipynb #6fe8c3fd
-def _read_labels_csv(path:Path)->pd.DataFrame:
-    try: df = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
-    except (pd.errors.ParserError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not a readable CSV ({e}); save it as CSV (UTF-8) from your spreadsheet") from e
-    miss = [c for c in ("key", "human_label") if c not in df.columns]
-    if miss: raise ValueError(f"{path} lacks column(s) {miss}; columns are {list(df.columns)} — keep the exported header row")
-    return df
-
-def _stored_labels(store:ItemStore, keys:Sequence[str], task:str)->dict:
-    lk = {label_key(k, task): k for k in keys}
-    return {lk[e["key"]]: e["record"] for e in store.entries(status="done", keys=list(lk))}
-
-def check_labels_file(source, # the export folder, or its labels.csv
-                     )->Path:
-    "The labels.csv of `source`, checked without a run: it exists, sample.json is beside it, it reads as CSV with key and human_label."
-    src = Path(source); csv = src / LABELS_CSV if src.is_dir() else src
-    if not csv.exists(): raise FileNotFoundError(f"{csv} does not exist; pass the folder written by export_for_labelling")
-    if not (csv.parent / SAMPLE_JSON).exists():
-        raise FileNotFoundError(f"{csv.parent / SAMPLE_JSON} is missing: labels.csv must stay beside the sample.json it was exported with")
-    _read_labels_csv(csv)
-    return csv
-
-def import_labels(source, # the export folder, or its labels.csv (sample.json must sit beside it)
-                  run:Run|ItemStore, # the run the sample was drawn from
-                  *, overwrite:bool=False, # replace stored labels that the CSV changes
-                  labeller:str|None=None, # who labelled (recorded; a `labeller` column in the CSV wins)
-                 )->dict:
-    "Store the CSV's filled-in labels as run items (resumable): counts of added, unchanged, overwritten and blank rows."
-    csv = check_labels_file(source)
-    meta = json.loads((csv.parent / SAMPLE_JSON).read_text(encoding="utf-8"))
-    store = _st(run)
-    design = sample_design(store, meta["sample_id"])   # the sample must have been exported from this run
-    df = _read_labels_csv(csv)
-    df["key"] = df.key.str.strip(); df["human_label"] = df.human_label.str.strip()
-    if df.key.duplicated().any():
-        raise ValueError(f"{csv}: key {df.key[df.key.duplicated()].iloc[0]!r} appears twice; keep one row per item")
-    status = store.status_of(df.key.tolist())
-    foreign = [k for k in df.key if status.get(k) is None]
-    if foreign: raise ValueError(f"{csv}: {len(foreign)} key(s) are not items of this run, e.g. {foreign[:3]}. The CSV belongs to "
-                                 "another run, or its keys were edited (spreadsheets can turn hex keys into numbers: import the "
-                                 "key column as text)")
-    info = {it["key"]: it for it in design["items"]}
-    outside = [k for k in df.key if k not in info]
-    if outside: raise ValueError(f"{csv}: {len(outside)} key(s) are items of the run but not of sample {meta['sample_id']}, e.g. "
-                                 f"{outside[:3]}; only the random sample may be labelled (other labels would bias the correction)")
-    allowed = {l.lower(): l for l in design["labels"]}
-    filled = df[df.human_label != ""]
-    bad = filled[~filled.human_label.str.lower().isin(allowed)]
-    if len(bad):
-        ex = ", ".join(f"{k[:12]}…={v!r}" for k, v in zip(bad.key[:3], bad.human_label[:3]))
-        raise ValueError(f"{csv}: {len(bad)} label(s) outside the allowed values {design['labels']} ({ex}); fix them "
-                         "or leave the cell empty")
-    task = design["task"]
-    old = _stored_labels(store, filled.key.tolist(), task)
-    new = {k: allowed[v.lower()] for k, v in zip(filled.key, filled.human_label)}
-    changed = {k: (old[k]["label"], v) for k, v in new.items() if k in old and old[k]["label"] != v}
-    if changed and not overwrite:
-        ex = "; ".join(f"{k[:12]}…: {a!r} → {b!r}" for k, (a, b) in list(changed.items())[:5])
-        raise ValueError(f"{len(changed)} label(s) differ from the ones already imported ({ex}). Pass overwrite=True to "
-                         "replace them, or restore the earlier labels in the CSV")
-    who = dict(zip(df.key, df["labeller"])) if "labeller" in df.columns else {}
-    notes = dict(zip(df.key, df["notes"])) if "notes" in df.columns else {}
-    added = 0
-    for k, v in new.items():
-        if k in old and k not in changed: continue
-        store.put(label_key(k, task), {"outcome": "labelled", "kind": "human_label", "item": k, "task": task, "label": v,
-                                       "sample_id": meta["sample_id"], "stratum": info[k]["stratum"], "pi": info[k]["pi"],
-                                       "labeller": who.get(k) or labeller, "notes": notes.get(k) or None, "imported_at": utcnow()})
-        added += k not in old
-    return {"sample_id": meta["sample_id"], "rows": len(df), "added": added, "unchanged": len(new) - added - len(changed),
-            "overwritten": len(changed), "blank": int((df.human_label == "").sum()),
-            "labelled": len(_stored_labels(store, list(info), task)), "sample_size": len(info)}
-
-def labels_frame(run:Run|ItemStore, # the run
-                 sample_id:str|None=None, # which sample (None: the run's only sample)
-                )->pd.DataFrame:
-    "The imported labels of a sample: key, label, stratum, π, weight, labeller, notes (one row per labelled item; `sample_design` has the rest)."
-    design = sample_design(run, sample_id)
-    recs = _stored_labels(_st(run), [it["key"] for it in design["items"]], design["task"])
-    rows = [{"key": k, "label": r["label"], "stratum": r["stratum"], "pi": r["pi"], "weight": 1 / r["pi"],
-             "labeller": r.get("labeller"), "notes": r.get("notes")} for k, r in sorted(recs.items())]
-    return pd.DataFrame(rows, columns=["key", "label", "stratum", "pi", "weight", "labeller", "notes"])
 
 # %% ../nbs/07_validation.ipynb #5b26d1ec
 def binarize(values, # labels or verdicts (strings, numbers, None)

@@ -12,7 +12,7 @@ import pandas as pd
 from ..core import RunSpec, rng, atomic_write, as_list
 from ..store import Run
 from ..adapters.base import (IMAGE_GENERATORS, IMAGE_EDITORS, VISION_JUDGES, IMAGE_TEXT_ENCODERS, TEXT_LMS)
-from .prompts import stage1_prompts, load_attributes, write_stage1, DOMAINS, load_base_prompts
+from .prompts import stage1_prompts, load_attributes, write_stage1, select_base_ids, DOMAINS, load_base_prompts
 from .generate import t2i_items, i2i_items, generate, stage2_records
 from .sources import select_sources, write_sources, SourceCheck, DEFAULT_SOURCES
 from .judge import hard_refusals, judge_cues, clip_cues, judge_agreement
@@ -24,28 +24,9 @@ from ..runner import RetryPolicy, StageResult
 from ..execution import Execution, AdapterRef
 
 # %% auto #0
-__all__ = ['SIM_TRUTH', 'select_base_ids', 'resolve_judge', 'judge_ref', 'AllCallsFailed', 'check_not_all_failed',
-           'JudgeCorrection', 'judge_correction', 'LabelShortfall', 'labelling_folder', 'cited_clusters',
-           'export_labelling_sample', 'AcrbResult', 'sim_truth', 'run_acrb']
-
-# %% ../../nbs/15_acrb.pipeline.ipynb #770ea466
-def select_base_ids(stage1:pd.DataFrame, # Stage I rows
-                    n:int|None, # number of base prompts (None: all)
-                    seed:int=0, # sampling seed
-                   )->list:
-    "Base prompt ids, stratified by domain, seeded."
-    per = stage1.drop_duplicates("base_id")[["base_id", "domain"]].sort_values("base_id")
-    if n is None or n >= len(per): return per.base_id.tolist()
-    if n < 1: raise ValueError(f"n_base_prompts must be ≥ 1, got {n}")
-    g = rng(seed, "acrb", "base-prompts")
-    doms = sorted(per.domain.unique())
-    quota = {d: n // len(doms) for d in doms}
-    for d in g.permutation(doms)[: n % len(doms)]: quota[d] += 1
-    out = []
-    for d in doms:
-        ids = per.base_id[per.domain == d].tolist()
-        out += [ids[i] for i in sorted(g.permutation(len(ids))[: quota[d]])]
-    return sorted(out)
+__all__ = ['SIM_TRUTH', 'resolve_judge', 'judge_ref', 'AllCallsFailed', 'check_not_all_failed', 'JudgeCorrection',
+           'judge_correction', 'LabelShortfall', 'labelling_folder', 'cited_clusters', 'export_labelling_sample',
+           'AcrbResult', 'sim_truth', 'run_acrb']
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #0c2530cf
 def resolve_judge(judge:str, # a judge name, or "auto"
@@ -187,6 +168,7 @@ def _covers(design:dict, pop_clusters)->bool:
     scope = design["design"].get("scope") or {}
     return scope.get("clusters") is None or set(map(str, pop_clusters)) <= set(scope["clusters"])
 
+# %% ../../nbs/15_acrb.pipeline.ipynb #8475e1e3
 def judge_correction(run:Run, # the run (labels are imported into it and read from it)
                      stage3:pd.DataFrame, # Stage III rows with the judge's cue verdicts
                      labels=None, # a labels folder or labels.csv filled by a human (`validation.export_for_labelling`); None: those already imported
@@ -225,6 +207,7 @@ def judge_correction(run:Run, # the run (labels are imported into it and read fr
                     "sample of this population; export a sample for this analysis (export_labels with this exclude_policy_cells)")
     return JudgeCorrection(R, D, A, note, n, imported, int(min_labels), sample)
 
+# %% ../../nbs/15_acrb.pipeline.ipynb #5ac6d087
 class LabelShortfall(UserWarning):
     "A labelling sample leaves some values under `min_labels`: their erasure rates will stay judge-reported."
 
@@ -362,6 +345,30 @@ def _sim_judge_config(ref:AdapterRef):
     "The planted config a simulated judge reads (its judge_error rates), or None for any other judge."
     return ref.create().config if ref.kind == "vision_judge" and ref.backend == "sim" else None
 
+# %% ../../nbs/15_acrb.pipeline.ipynb #a7d22289
+def _check_run_args(model:str, # image generator (t2i) or editor (i2i) registry name
+                    mode:str, # "t2i" or "i2i"
+                    domains:list|None, # domains to include (None: all)
+                    n_base_prompts, # base prompts: an integer ≥ 1 or None (all)
+                    images_per_prompt, # images per prompt: an integer ≥ 1
+                    labels, # a labels folder / labels.csv filled by hand, or None
+                    export_labels, # labelling sample size: an integer ≥ 1 or None
+                    min_labels, # labels a value needs: an integer ≥ 1
+                    label_seed, # the labelling sample's seed: an integer ≥ 0
+                   ):
+    "`run_acrb`'s argument checks, before any folder is made or any model loaded: each error says what to pass instead."
+    if mode not in ("t2i", "i2i"): raise ValueError(f"mode must be 't2i' or 'i2i', got {mode!r}")
+    if domains is not None and (bad := sorted(set(domains) - set(DOMAINS))):
+        raise ValueError(f"unknown domains {bad}; choose from {sorted(DOMAINS)}")
+    (IMAGE_GENERATORS if mode == "t2i" else IMAGE_EDITORS).entry(model)  # fail early on an unknown name, listing the known ones
+    for n, v in (("n_base_prompts", n_base_prompts), ("images_per_prompt", images_per_prompt)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
+            raise ValueError(f"{n} must be an integer ≥ 1{' or None (all)' if n == 'n_base_prompts' else ''}, got {v!r}")
+    if labels is not None: validation.check_labels_file(labels)  # there, beside its sample.json, key and human_label: before any folder
+    for n, v, lo in (("export_labels", export_labels, 1), ("min_labels", min_labels, 1), ("label_seed", label_seed, 0)):
+        if (v is not None or n != "export_labels") and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo):
+            raise ValueError(f"{n} must be an integer ≥ {lo}{' or None' if n == 'export_labels' else ''}, got {v!r}")
+
 # %% ../../nbs/15_acrb.pipeline.ipynb #6ec24fcc
 def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry name
              mode:str="t2i", # "t2i" or "i2i"
@@ -395,17 +402,8 @@ def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry n
     "Run (or resume) a full ACRB audit and compute its metrics."
     execution = Execution.of(execution)
     attributes, domains = as_list(attributes, "attributes"), as_list(domains, "domains")  # "religion", "culture,gender" or a list
-    if mode not in ("t2i", "i2i"): raise ValueError(f"mode must be 't2i' or 'i2i', got {mode!r}")
-    if domains is not None and (bad := sorted(set(domains) - set(DOMAINS))):
-        raise ValueError(f"unknown domains {bad}; choose from {sorted(DOMAINS)}")
-    (IMAGE_GENERATORS if mode == "t2i" else IMAGE_EDITORS).entry(model)  # fail early on an unknown name, listing the known ones
-    for n, v in (("n_base_prompts", n_base_prompts), ("images_per_prompt", images_per_prompt)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
-            raise ValueError(f"{n} must be an integer ≥ 1{' or None (all)' if n == 'n_base_prompts' else ''}, got {v!r}")
-    if labels is not None: validation.check_labels_file(labels)  # there, beside its sample.json, key and human_label: before any folder
-    for n, v, lo in (("export_labels", export_labels, 1), ("min_labels", min_labels, 1), ("label_seed", label_seed, 0)):
-        if (v is not None or n != "export_labels") and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo):
-            raise ValueError(f"{n} must be an integer ≥ {lo}{' or None' if n == 'export_labels' else ''}, got {v!r}")
+    _check_run_args(model, mode, domains, n_base_prompts, images_per_prompt, labels, export_labels, min_labels,
+                    label_seed)
     attrs = load_attributes(attribute_set, list(attributes) if attributes else None)  # before any folder is made
     for j in (resolve_judge(judge, model), judge2):
         if j: judge_ref(j)  # unknown judge names fail here too

@@ -193,6 +193,7 @@ def select_sources(source_dir=None, # folder of source images (None: the shipped
             "(data/images/people). No model was called.")
     return out
 
+# %% ../../nbs/12a_acrb.sources.ipynb #22795ade
 def write_sources(check:SourceCheck, # from `select_sources`
                   run, # the `store.Run` whose folder gets sources.csv
                  )->Path:

@@ -12,8 +12,8 @@ import pandas as pd
 from scipy import special
 from ..store import ItemStore, Run
 from ..stats.resample import check_columns
-from ..validation import (UNCORRECTED, corrected_rates, export_for_labelling, iat_label_items, import_labels,
-                                labels_frame, sample_items)
+from ..labels import export_for_labelling, import_labels, labels_frame
+from ..validation import UNCORRECTED, corrected_rates, iat_label_items, sample_items
 from .scoring import position_rates
 
 # %% auto #0
