@@ -4,7 +4,8 @@ servers, child-process pipeline runs that are SIGKILLed at seeded points, and co
 `hooks` is also imported by fake server *processes* (`start_server_process(..., hooks="reliability_helpers:hooks",
 env=server_env(...))`), so this module must stay importable without pytest.
 """
-import hashlib, json, os, signal, sqlite3, subprocess, sys, time
+import hashlib, json, os, signal, sqlite3, subprocess, sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,27 @@ DUMMY_OPENAI_KEY = "sk-acrbdummy-" + "R3l1abKeyZ" * 3
 DUMMY_GOOGLE_KEY = "AIza" + "ACRBdummyReliabilityKey0123456789ab"  # AIza + 35 characters
 assert len(DUMMY_GOOGLE_KEY) == 39
 DUMMY_ENV = {"OPENAI_API_KEY": DUMMY_OPENAI_KEY, "GEMINI_API_KEY": DUMMY_GOOGLE_KEY, "GOOGLE_API_KEY": DUMMY_GOOGLE_KEY}
+
+
+# A loopback "provider" that refuses every key (OpenAI's 401 shape) and counts the requests that reached it.
+class Loopback:
+    "An HTTP server on 127.0.0.1 that answers every request 401 (OpenAI's error shape) and counts the requests."
+    def __init__(self):
+        self.count, lock, outer = 0, threading.Lock(), self
+        class H(BaseHTTPRequestHandler):
+            def _any(self):
+                with lock: outer.count += 1
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                body = json.dumps({"error": {"message": "Incorrect API key provided: sk-bad.", "type": "invalid_request_error",
+                                             "code": "invalid_api_key"}}).encode()
+                self.send_response(401); self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
+            do_GET = do_POST = _any
+            def log_message(self, *a): pass
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def close(self): self.server.shutdown(); self.server.server_close()
 
 
 # --------------------------------------------------------------------------------------------------------------------

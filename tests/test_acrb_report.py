@@ -3,8 +3,7 @@ and not with `redact=False`; judge-only and corrected erasure side by side once 
 report (also from the `acrb-report` command line) that makes no model call, counted at a loopback server; a run whose
 every call fails (401, connection refused) stopping with the count and the errors, a 'failed' manifest and no metrics;
 and the template run by papermill from another working directory."""
-import json, os, socket, subprocess, sys, threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import json, os, socket, subprocess, sys
 from pathlib import Path
 
 import pandas as pd
@@ -12,28 +11,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "nbs" / "acrb.ipynb"
+from reliability_helpers import Loopback  # a loopback API that refuses every key and counts the requests
+
 SCRIPT = Path(sys.executable).parent / "acrb-report"
 pytestmark = pytest.mark.timeout(600)
-
-
-class Loopback:
-    "An HTTP server on 127.0.0.1 that answers every request 401 (OpenAI's error shape) and counts the requests."
-    def __init__(self):
-        self.count, lock, outer = 0, threading.Lock(), self
-        class H(BaseHTTPRequestHandler):
-            def _any(self):
-                with lock: outer.count += 1
-                self.rfile.read(int(self.headers.get("content-length") or 0))
-                body = json.dumps({"error": {"message": "Incorrect API key provided: sk-bad.", "type": "invalid_request_error",
-                                             "code": "invalid_api_key"}}).encode()
-                self.send_response(401); self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
-            do_GET = do_POST = _any
-            def log_message(self, *a): pass
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-    def close(self): self.server.shutdown(); self.server.server_close()
 
 
 @pytest.fixture

@@ -18,12 +18,12 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from reliability_helpers import Loopback  # a loopback API that refuses every key and counts the requests
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -100,32 +100,11 @@ def test_users_own_folder_relative_path_person_check(tmp_path):
     assert len(s3) == 6 * 4                                                    # 6 base prompts × (3 gender values + neutral)
 
 
-class CountingServer:
-    "An HTTP server on 127.0.0.1 that answers every request 401 (OpenAI's error shape) and counts the requests."
-    def __init__(self):
-        self.count, lock, outer = 0, threading.Lock(), self
-        class H(BaseHTTPRequestHandler):
-            def _any(self):
-                with lock: outer.count += 1
-                self.rfile.read(int(self.headers.get("content-length") or 0))
-                body = json.dumps({"error": {"message": "Incorrect API key provided.", "type": "invalid_request_error",
-                                             "code": "invalid_api_key"}}).encode()
-                self.send_response(401); self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
-            do_GET = do_POST = _any
-            def log_message(self, *a): pass
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self): self.server.shutdown(); self.server.server_close()
-
-
 def test_folder_without_a_person_stops_before_any_call(tmp_path):
     things = tmp_path / "things"
     things.mkdir()
     for n in ("brick.jpg", "chelsea.jpg", "coins.jpg"): shutil.copy(PUBLIC / n, things / n)
-    srv = CountingServer()
+    srv = Loopback()
     try:
         env = {**ENV, "OPENAI_BASE_URL": srv.url, "OPENAI_API_KEY": "dummy-key-for-the-loopback"}
         r = cli("-p", "model", "gpt-image-1", "-p", "mode", "i2i", "-p", "source_dir", "things", "-p", "attributes", "gender",
