@@ -164,8 +164,6 @@ def safe_name(s:str, # a model, study or dataset name (hub ids with '/', spaces,
     "A file-system-safe version of a model or study name."
     return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", str(s)).strip("_.") or "_"
 
-_safe_name = safe_name  # the old private name, until every importer uses `safe_name`
-
 # %% ../nbs/00_core.ipynb #4b741627
 def as_list(value, # None, one name, comma-separated names ("culture, gender"), or a list / tuple of names
             name:str="value", # the parameter's name, for the error message

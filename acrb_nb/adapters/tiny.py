@@ -9,7 +9,7 @@ from pathlib import Path
 from ..core import seed_int
 from .base import IMAGE_GENERATORS, IMAGE_EDITORS, VISION_JUDGES, TEXT_LMS, REGISTRIES, Adapter
 from .text import HFCausalLM, tiny_tokenizer
-from .vision import HFVisionJudge
+from .vision import HFVisionJudge, QWEN2VL_CHAT_TEMPLATE
 
 # %% auto #0
 __all__ = ['SCHEDULER_CONFIGS', 'QWEN25_VL_TEMPLATE', 'QWEN3_VL_TEMPLATE', 'QWEN25_TEMPLATE', 'TINY_NAMES', 'LOCAL_BACKENDS',
@@ -193,15 +193,7 @@ def _sd(key:str, # "sd15" or "instruct-pix2pix"
                scheduler=_scheduler(key), safety_checker=checker, feature_extractor=fe)
 
 # %% ../../nbs/05h_adapters.tiny.ipynb #e8d46611
-QWEN25_VL_TEMPLATE = ("{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
-    "{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
-    "{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
-    "<|vision_start|><|image_pad|><|vision_end|>{% elif content['type'] == 'video' or 'video' in content %}"
-    "{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
-    "<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
-    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+QWEN25_VL_TEMPLATE = QWEN2VL_CHAT_TEMPLATE  # Qwen2.5-VL keeps Qwen2-VL's chat template (one copy: 05b_adapters.vision)
 QWEN3_VL_TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for content in message['content'] %}"
     "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}<|vision_start|><|image_pad|><|vision_end|>"

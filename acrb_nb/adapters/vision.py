@@ -17,7 +17,7 @@ from .text import tiny_tokenizer, score_from_top_logprobs
 from .labels import LabelJudgeMixin
 
 # %% auto #0
-__all__ = ['OpenAIVisionJudge', 'GeminiVisionJudge', 'HFVisionJudge', 'tiny_qwen2_vl', 'tiny_idefics3']
+__all__ = ['QWEN2VL_CHAT_TEMPLATE', 'OpenAIVisionJudge', 'GeminiVisionJudge', 'HFVisionJudge', 'tiny_qwen2_vl', 'tiny_idefics3']
 
 # %% ../../nbs/05b_adapters.vision.ipynb #8236419d
 def _png_data_url(img)->str:
@@ -268,7 +268,8 @@ def describe(self:HFVisionJudge)->dict:
             **({"label_prefix": self.label_prefix, **self.label_describe()} if self.mode != "generate" else {})}
 
 # %% ../../nbs/05b_adapters.vision.ipynb #a22da36a
-_QWEN2VL_TEMPLATE = ("{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
+# Qwen2-VL's chat template (Qwen2.5-VL uses the same): the tiny twins in 05h_adapters.tiny use it too
+QWEN2VL_CHAT_TEMPLATE = ("{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
     "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
     "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
     "{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
@@ -291,7 +292,7 @@ def tiny_qwen2_vl(seed:int=0, # weight seed
     ids = {t: tok.convert_tokens_to_ids(t) for t in vis}
     px = dict(min_pixels=56 * 56, max_pixels=112 * 112)
     proc = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(patch_size=14, merge_size=2, temporal_patch_size=2, **px),
-                            video_processor=Qwen2VLVideoProcessor(**px), tokenizer=tok, chat_template=_QWEN2VL_TEMPLATE)
+                            video_processor=Qwen2VLVideoProcessor(**px), tokenizer=tok, chat_template=QWEN2VL_CHAT_TEMPLATE)
     cfg = Qwen2VLConfig(
         text_config=dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
