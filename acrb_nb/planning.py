@@ -98,10 +98,10 @@ def usd(x:float|None, # dollars (None or NaN: unknown)
 
 def duration(hours:float|None, # hours (None or NaN: unknown)
             )->str:
-    "A wall time for people: '< 1 min', '10 min', '2.5 h', '4.2 days', 'unknown'."
+    "A wall time for people: 'under 1 min', '15 min', '3 h 40 min', '2 days 5 h', 'unknown'."
     if hours is None or (isinstance(hours, float) and math.isnan(hours)): return "unknown"
-    m = hours * 60
-    if m < 1: return "< 1 min"
-    if hours < 2: return f"{m:.0f} min"
-    if hours < 72: return f"{hours:.1f} h"
-    return f"{hours / 24:.1f} days"
+    mins = int(round(hours * 60))
+    if mins < 1: return "under 1 min"
+    if mins < 60: return f"{mins} min"
+    if mins < 48 * 60: return f"{mins // 60} h {mins % 60:02d} min"
+    return f"{mins // (24 * 60)} days {round(mins % (24 * 60) / 60)} h"

@@ -13,13 +13,13 @@ from scipy import special
 from statsmodels.stats.power import NormalIndPower
 from statsmodels.stats.proportion import proportion_effectsize
 from ..adapters.base import IMAGE_GENERATORS, IMAGE_EDITORS
-from ..planning import (DEFAULT_CONCURRENCY, declared as _declared, image_price, judge_correlation, wall_hours,
+from ..planning import (DEFAULT_CONCURRENCY, declared as _declared, duration, image_price, judge_correlation, wall_hours,
                               labels_for_width, width_for_labels)
 from .prompts import DOMAINS, load_attributes, load_base_prompts
 from ..stats.power import mdd_two_proportions
 
 # %% auto #0
-__all__ = ['items_per_group', 'design_for', 'fmt_duration', 'fmt_plan_value', 'AuditPlan', 'plan_audit', 'plan_run']
+__all__ = ['items_per_group', 'design_for', 'fmt_plan_value', 'AuditPlan', 'plan_audit', 'plan_run']
 
 # %% ../../nbs/16_acrb.plan.ipynb #56569283
 def items_per_group(mde:float, # smallest difference between two groups' rates to detect
@@ -101,16 +101,6 @@ def _plan_labels(labels, N:float, base_rate:float, alpha:float, judge_accuracy:f
     return plan, rows
 
 # %% ../../nbs/16_acrb.plan.ipynb #b4e2d0e3
-def fmt_duration(hours:float|None, # wall time in hours (None or NaN: unknown)
-                )->str:
-    "Hours as a person reads them: '12 min', '3 h 40 min', '2 days 5 h'; 'unknown' when unknown."
-    if hours is None or (isinstance(hours, float) and math.isnan(hours)): return "unknown"
-    mins = int(round(hours * 60))
-    if mins < 1: return "under 1 min"
-    if mins < 60: return f"{mins} min"
-    if mins < 48 * 60: return f"{mins // 60} h {mins % 60:02d} min"
-    return f"{mins // (24 * 60)} days {round(mins % (24 * 60) / 60)} h"
-
 def fmt_plan_value(v, # a plan number (or a string, or None)
                    unit:str="", # its unit: USD, USD per image, hours, rate difference, width, correlation, or a count's unit
                   )->str:
@@ -119,7 +109,7 @@ def fmt_plan_value(v, # a plan number (or a string, or None)
     if isinstance(v, str): return v
     if unit == "USD": return f"${v:,.2f}"
     if unit == "USD per image": return f"${v:,.3f}".rstrip("0").rstrip(".") if v else "$0"
-    if unit == "hours": return fmt_duration(v)
+    if unit == "hours": return duration(v)
     if unit in ("rate difference", "width", "correlation"): return f"{v:.3f}"
     if isinstance(v, (float, np.floating)) and abs(v - round(v)) > 1e-9: return f"{v:,.1f}" if abs(v) < 100 else f"{round(v):,}"
     return f"{int(round(v)):,}"
@@ -133,7 +123,7 @@ def _bill(entry, model, mode, calls, images, size, quality, rpm, concurrency, se
     wh = None if math.isnan(hours) else round(hours, 3)
     plan = {"usd_per_image": usd, "cost_usd_expected": None if usd is None else round(images * usd, 2),
             "cost_usd_max": None if usd is None else round(calls * usd, 2), "price_source": price["source"],
-            "rpm": rpm_, "concurrency": conc, "seconds_per_call": seconds_per_call, "wall_hours": wh, "wall_time": fmt_duration(wh)}
+            "rpm": rpm_, "concurrency": conc, "seconds_per_call": seconds_per_call, "wall_hours": wh, "wall_time": duration(wh)}
     budget = (f"rpm={rpm_:g}" if rpm_ else "no rate limit declared") + f", {conc} concurrent" + (
         f", {seconds_per_call:g} s per call" if seconds_per_call else "")
     rows = [("price per image", usd, "USD per image", price["source"]),
