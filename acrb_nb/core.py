@@ -276,14 +276,18 @@ def atomic_write(path, # destination file
                  data:bytes|str, # content
                 )->Path:
     "Write `data` to `path` atomically (temp file + fsync + rename)."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{id(data)}.tmp")
     with open(tmp, "wb") as f:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
-        f.flush(); os.fsync(f.fileno())
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
     try:
-        fd = os.open(path.parent, os.O_RDONLY); os.fsync(fd); os.close(fd)
+        fd = os.open(path.parent, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
     except OSError: pass
     return path
 
@@ -343,7 +347,8 @@ class ConfigMapping(dict):
                  lines:Mapping|None=None, # key → 1-based line in the file the mapping was read from
                  **kw, # more keys, as for `dict`
                 ):
-        super().__init__(*args, **kw); self.lines = dict(lines or {})
+        super().__init__(*args, **kw)
+        self.lines = dict(lines or {})
     def line(self, key, # a key of this mapping
             )->int|None:
         "1-based line of `key` in the file it was read from (None when unknown)."
@@ -414,10 +419,13 @@ def peak_rss_gb()->float:
 class PeakMemory:
     "`with PeakMemory() as m: ...` then `m.gb`: the peak resident memory during the block; `m.scope` is 'block' or 'process'."
     def __enter__(self):
-        try: Path("/proc/self/clear_refs").write_text("5"); self.scope = "block"
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+            self.scope = "block"
         except OSError: self.scope = "process"  # no resettable high-water mark here: the process's lifetime peak
         self.start_gb, self.gb = (_status_kb("VmRSS") or 0) / 1e6, None
         return self
     def __exit__(self, *exc):
-        self.gb = peak_rss_gb(); return False
+        self.gb = peak_rss_gb()
+        return False
 

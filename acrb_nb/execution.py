@@ -238,7 +238,8 @@ class ModelSession:
                  budget:"Budget|str|Mapping|None"=None, # API models: requests per minute and concurrency (`Budget.of`; None: declared)
                 ):
         self.model, self.make_work, self.store, self.describe = model, make_work, store, describe
-        Budget.of(budget); self.budget = budget  # checked now; a per-model mapping is resolved for the model in `run`
+        Budget.of(budget)
+        self.budget = budget  # checked now; a per-model mapping is resolved for the model in `run`
         self.execution = Execution.of(execution)
         self.where, self.why = placement(model, self.execution)
         if limiter is not None and self.where == "ray":
@@ -279,8 +280,11 @@ def info(self:ModelSession)->dict:
 
 @patch
 def close(self:ModelSession):
-    "Stop the Ray workers, if any — inside `ray_exec.warm_workers()` they are kept for the next pool (a local model is left to the garbage collector)."
-    if self._pool is not None: self._pool.shutdown(); self._pool = None
+    """Stop the Ray workers, if any — inside `ray_exec.warm_workers()` they are kept for the next pool (a local model
+    is left to the garbage collector)."""
+    if self._pool is not None:
+        self._pool.shutdown()
+        self._pool = None
 
 # %% ../nbs/06a_execution.ipynb #36405827
 @patch

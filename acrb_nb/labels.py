@@ -73,8 +73,10 @@ def _copy_images(paths, key:str, run_dir:Path, folder:Path)->str:
         src = Path(p) if Path(p).is_absolute() else run_dir / p
         if not src.exists(): raise FileNotFoundError(f"image {src} of item {key} does not exist; was the run folder moved?")
         name = f"{key}{'' if len(ps) == 1 else f'_{i + 1}'}{src.suffix or '.png'}"
-        dst = folder / "images" / name; dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst); out.append(f"images/{name}")
+        dst = folder / "images" / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+        out.append(f"images/{name}")
     return ";".join(out)
 
 def export_for_labelling(sample:LabelSample, # from `sample_items`
@@ -91,14 +93,17 @@ def export_for_labelling(sample:LabelSample, # from `sample_items`
         raise TypeError(f"export_for_labelling takes the LabelSample of `sample_items`, got {type(sample).__name__}")
     strata, design0, sample = list(sample.strata), sample.design, sample.items
     check_columns(sample, ["key", "stratum", "pi", "question", "image", "text", "verdict"], "export_for_labelling")
-    folder = Path(folder); csv = folder / LABELS_CSV
+    folder = Path(folder)
+    csv = folder / LABELS_CSV
     if csv.exists() and not overwrite:
         raise FileExistsError(f"{csv} already exists (it may hold labels); import it with import_labels, choose another "
                               "folder, or pass overwrite=True to replace it")
-    store = _st(run); run_dir = store.path.parent
+    store = _st(run)
+    run_dir = store.path.parent
     known = store.status_of(sample.key.tolist())
     missing = [k for k in sample.key if known.get(k) is None]
-    if missing: raise ValueError(f"{len(missing)} sampled keys are not items of this run (e.g. {missing[0]!r}); sample from this run's items")
+    if missing: raise ValueError(f"{len(missing)} sampled keys are not items of this run (e.g. {missing[0]!r}); "
+                                 "sample from this run's items")
     labels = [str(l).strip() for l in labels]
     if len(set(l.lower() for l in labels)) != len(labels) or "" in labels:
         raise ValueError(f"labels={labels}: give distinct, non-empty label values")
@@ -135,7 +140,8 @@ def _stored_labels(store:ItemStore, keys:Sequence[str], task:str)->dict:
 def check_labels_file(source, # the export folder, or its labels.csv
                      )->Path:
     "The labels.csv of `source`, checked without a run: it exists, sample.json is beside it, it reads as CSV with key and human_label."
-    src = Path(source); csv = src / LABELS_CSV if src.is_dir() else src
+    src = Path(source)
+    csv = src / LABELS_CSV if src.is_dir() else src
     if not csv.exists(): raise FileNotFoundError(f"{csv} does not exist; pass the folder written by export_for_labelling")
     if not (csv.parent / SAMPLE_JSON).exists():
         raise FileNotFoundError(f"{csv.parent / SAMPLE_JSON} is missing: labels.csv must stay beside the sample.json it was exported with")
@@ -154,7 +160,8 @@ def import_labels(source, # the export folder, or its labels.csv (sample.json mu
     store = _st(run)
     design = sample_design(store, meta["sample_id"])   # the sample must have been exported from this run
     df = _read_labels_csv(csv)
-    df["key"] = df.key.str.strip(); df["human_label"] = df.human_label.str.strip()
+    df["key"] = df.key.str.strip()
+    df["human_label"] = df.human_label.str.strip()
     if df.key.duplicated().any():
         raise ValueError(f"{csv}: key {df.key[df.key.duplicated()].iloc[0]!r} appears twice; keep one row per item")
     status = store.status_of(df.key.tolist())
@@ -198,7 +205,8 @@ def import_labels(source, # the export folder, or its labels.csv (sample.json mu
 def labels_frame(run:Run|ItemStore, # the run
                  sample_id:str|None=None, # which sample (None: the run's only sample)
                 )->pd.DataFrame:
-    "The imported labels of a sample: key, label, stratum, π, weight, labeller, notes (one row per labelled item; `sample_design` has the rest)."
+    """The imported labels of a sample: key, label, stratum, π, weight, labeller, notes (one row per labelled item;
+    `sample_design` has the rest)."""
     design = sample_design(run, sample_id)
     recs = _stored_labels(_st(run), [it["key"] for it in design["items"]], design["task"])
     rows = [{"key": k, "label": r["label"], "stratum": r["stratum"], "pi": r["pi"], "weight": 1 / r["pi"],

@@ -142,7 +142,9 @@ def absolute_paths(params: Mapping[str, Any], # parameters about to be passed to
     for k, v in params.items():
         if not isinstance(v, str) or not v or "://" in v: continue
         p = Path(v).expanduser()
-        if p.is_absolute(): out[k] = str(p); continue
+        if p.is_absolute():
+            out[k] = str(p)
+            continue
         looks = "/" in v or "\\" in v or "." in v
         if _pathlike_name(k) or (looks and (base / p).exists()): out[k] = str(base / p)
     return out
@@ -185,4 +187,5 @@ def check_inputs(study: str, # the template's study name (a key of `MODEL_PARAME
             problems.append(f"parameter {k!r}: {v} not found" + ("" if Path(v).is_absolute() else f" (read from {Path.cwd()})"))
     if problems:
         raise ParameterError(problems[0] if len(problems) == 1 else
-                             f"{len(problems)} problems with the inputs of {template}:\n" + "\n".join(f"  {i}. {p}" for i, p in enumerate(problems, 1)))
+                             f"{len(problems)} problems with the inputs of {template}:\n"
+                             + "\n".join(f"  {i}. {p}" for i, p in enumerate(problems, 1)))

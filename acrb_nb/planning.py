@@ -31,7 +31,8 @@ def wall_hours(calls:float, # requests to send
                seconds_per_call:float|None=None, # latency of one request (None: unknown)
               )->float:
     "Hours for `calls` requests: max(calls / rpm, calls × seconds_per_call / concurrency); NaN when neither is known."
-    t = [x for x in (calls / rpm if rpm else None, calls * seconds_per_call / concurrency / 60 if seconds_per_call else None) if x is not None]
+    t = [x for x in (calls / rpm if rpm else None, calls * seconds_per_call / concurrency / 60 if seconds_per_call
+                     else None) if x is not None]
     return max(t) / 60 if t else float("nan")
 
 # %% ../nbs/08_planning.ipynb #6da6ae84
@@ -45,7 +46,9 @@ def image_price(model:str, # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) regis
     e = (IMAGE_GENERATORS if mode == "t2i" else IMAGE_EDITORS).entry(model)
     if e.backend == "openai":
         p = openai_image_cost(e.model_id, size, quality, 1)
-        src = f"OPENAI_IMAGE_PRICES ({OPENAI_IMAGE_PRICES['as_of']})" if p is not None else f"no OpenAI price for {e.model_id} at size={size}, quality={quality}"
+        src = f"OPENAI_IMAGE_PRICES ({OPENAI_IMAGE_PRICES['as_of']})" if p is not None else ("no OpenAI price for "
+                                                                                             f"{e.model_id} at "
+                                                                                             f"size={size}, quality={quality}")
     elif e.backend.startswith("google-genai"):
         t = GOOGLE_IMAGE_PRICES.get(e.model_id)
         p = float(t["per_image"]) if isinstance(t, dict) else None
@@ -59,7 +62,8 @@ def judge_correlation(base_rate:float, # planned rate θ
                       accuracy:float, # judge sensitivity = specificity
                      )->float:
     "Correlation between a binary truth with rate θ and a judge of the given (symmetric) accuracy."
-    if not 0 < base_rate < 1 or not 0.5 <= accuracy <= 1: raise ValueError(f"need 0 < base_rate < 1 and 0.5 ≤ accuracy ≤ 1, got {base_rate}, {accuracy}")
+    if not 0 < base_rate < 1 or not 0.5 <= accuracy <= 1: raise ValueError("need 0 < base_rate < 1 and 0.5 ≤ "
+                                                                           f"accuracy ≤ 1, got {base_rate}, {accuracy}")
     q = base_rate * accuracy + (1 - base_rate) * (1 - accuracy)
     return base_rate * (accuracy - q) / math.sqrt(base_rate * (1 - base_rate) * q * (1 - q))
 
@@ -71,7 +75,9 @@ def labels_for_width(width:float, # full width of the 95% interval wanted for ea
                      alpha:float=0.05, # 1 - confidence level
                     )->float:
     "Labels per group for a PPI++ interval of full width `width` (asymptotic variance formula); NaN if unreachable."
-    z = special.ndtri(1 - alpha / 2); s2 = base_rate * (1 - base_rate); w = width / 2
+    z = special.ndtri(1 - alpha / 2)
+    s2 = base_rate * (1 - base_rate)
+    w = width / 2
     den = w * w / (z * z) - s2 * rho * rho / n_items
     if den <= 0: return float("nan")
     return min(float(n_items), s2 * (1 - rho * rho) / den)
@@ -84,7 +90,8 @@ def width_for_labels(n_labels:float, # labels per group
                      alpha:float=0.05, # 1 - confidence level
                     )->float:
     "Full width of the PPI++ 95% interval of a group rate with `n_labels` labels (asymptotic)."
-    z = special.ndtri(1 - alpha / 2); s2 = base_rate * (1 - base_rate)
+    z = special.ndtri(1 - alpha / 2)
+    s2 = base_rate * (1 - base_rate)
     return 2 * z * math.sqrt(s2 * (1 - rho * rho) / n_labels + s2 * rho * rho / n_items)
 
 # %% ../nbs/08_planning.ipynb #0f2be077

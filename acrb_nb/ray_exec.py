@@ -189,11 +189,14 @@ def run_batch(self:_Worker, batch:list, retry:RetryPolicy, seed:int, blob_rel:st
     "Yield one result per (position, item) of `batch`, with the blobs and records its work function saved."
     self.ensure(spec)  # a worker Ray restarted comes back empty: it loads the pool's function here
     if self.init_error is not None:
-        yield {"init_error": self.init_error}; return
+        yield {"init_error": self.init_error}
+        return
     gen = self._gens.setdefault(seed, _rng(seed, "ray_exec", "jitter", self.index))
-    self.sink.blob_rel = blob_rel; self.sink.take()
+    self.sink.blob_rel = blob_rel
+    self.sink.take()
     if self.batched:
-        yield from self._run_batched(batch, retry, gen); return
+        yield from self._run_batched(batch, retry, gen)
+        return
     for pos, item in batch:
         res = call_with_retry(lambda: self.fn(item), retry, gen)
         res.update(pos=pos, **self.sink.take())
@@ -209,7 +212,8 @@ def _run_batched(self:_Worker, batch, retry, gen):
             raise TypeError(f"a batched work function must return one record per item: got "
                             f"{type(outs).__name__} of length {len(outs) if hasattr(outs, '__len__') else '?'} for {len(items)} items")
     except Exception:
-        outs = [None] * len(items); self.sink.take()  # the whole call failed: retry item by item
+        outs = [None] * len(items)
+        self.sink.take()  # the whole call failed: retry item by item
         ok = False
     else: ok = True
     dt = (time.monotonic() - t0) / max(1, len(items))
@@ -220,7 +224,8 @@ def _run_batched(self:_Worker, batch, retry, gen):
         else:
             res = call_with_retry(lambda: _one(self.fn, item), retry, gen,
                                   failed_once=out if isinstance(out, BaseException) else None)
-        res.update(pos=pos, **_merge_taken(shared, self.sink.take())); shared = {"blobs": {}, "records": {}}
+        res.update(pos=pos, **_merge_taken(shared, self.sink.take()))
+        shared = {"blobs": {}, "records": {}}
         yield res
 
 # %% ../nbs/06_ray.ipynb #ae23c074
@@ -269,7 +274,8 @@ def _stop(ray, actors:Iterable):
 def _take_idle()->list:
     "Every kept worker, removed from the kept list."
     with _IDLE_LOCK:
-        idle = list(_IDLE); _IDLE.clear()
+        idle = list(_IDLE)
+        _IDLE.clear()
     return idle
 
 def _adopt(ray, shape:tuple, n:int)->list:
@@ -291,7 +297,8 @@ def release_idle_workers()->int:
 
 @contextlib.contextmanager
 def warm_workers():
-    "Inside this block a pool's `shutdown` keeps its worker processes (model unloaded) for the next pool of the same shape; leaving it stops them."
+    """Inside this block a pool's `shutdown` keeps its worker processes (model unloaded) for the next pool of the same
+    shape; leaving it stops them."""
     prev, _WARM["on"] = _WARM["on"], True
     try: yield
     finally:
@@ -358,11 +365,15 @@ def pids(self:RayWorkerPool, timeout:float=300, # seconds to wait for a restarti
     ray, out, t0 = _ray(), [], time.monotonic()
     for a in self.actors:
         while True:
-            try: out.append(ray.get(a.info.remote(), timeout=timeout)["pid"]); break
+            try:
+                out.append(ray.get(a.info.remote(), timeout=timeout)["pid"])
+                break
             except ray.exceptions.ActorUnavailableError:
                 if time.monotonic() - t0 > timeout: raise
                 time.sleep(0.25)
-            except ray.exceptions.ActorDiedError: out.append(None); break
+            except ray.exceptions.ActorDiedError:
+                out.append(None)
+                break
     return out
 
 @patch
@@ -392,7 +403,8 @@ class _DriverLoop:
     "The driver's side of one `RayWorkerPool.run`: the queue of batches, the workers' slots, live batches and probes."
     def __init__(self, pool:RayWorkerPool, led:RunLedger, per_task:int, *, retry, seed, max_in_flight, max_worker_deaths,
                  restart_timeout, prepare=None):
-        self.ray = _ray(); self.LOST = _lost_errors(self.ray)
+        self.ray = _ray()
+        self.LOST = _lost_errors(self.ray)
         self.pool, self.led, self.per_task, self.prepare = pool, led, per_task, prepare
         self.retry, self.seed, self.max_in_flight = retry, seed, max_in_flight
         self.max_worker_deaths, self.restart_timeout = max_worker_deaths, restart_timeout
@@ -410,7 +422,8 @@ class _DriverLoop:
         g = s["actor"].run_batch.options(num_returns="streaming").remote(
             [(p, items[p] if self.prepare is None else self.prepare(items[p])) for p in batch], self.retry, self.seed,
             self.blob_rel, self.pool.spec(si))
-        self.live[g] = [si, list(batch), set(), s["epoch"], next(self.seq)]; s["n"] += 1
+        self.live[g] = [si, list(batch), set(), s["epoch"], next(self.seq)]
+        s["n"] += 1
 
     def worker_lost(self, si:int, epoch:int, q:int, left:list, err:BaseException):
         "A batch of worker `si` failed because its worker died: note the death, probe the worker, settle when all is in."
@@ -441,7 +454,8 @@ def settle(self:_DriverLoop, si:int, epoch:int):
             if self.deaths[p] >= self.max_worker_deaths:
                 res = dict(record=None, attempts=self.deaths[p], retries=0, seconds=0.0, error_kind="worker_lost",
                            error=f"the Ray worker running this item died {self.deaths[p]} times; last error: {reason}")
-                self.extra["worker_lost"] += 1; self.led.commit(p, res)
+                self.extra["worker_lost"] += 1
+                self.led.commit(p, res)
             else: alone.append([p])
         again = [p for p in left if p not in blamed]
         if again: self.queue.appendleft(again)
@@ -457,7 +471,9 @@ def feed(self:_DriverLoop):
         if s["state"] == "probing" and s["probe"] is None and now >= s["probe_at"]:
             if now - s["lost_at"] > self.restart_timeout: s["state"] = "dead"
             else:
-                r = s["actor"].info.remote(); self.probes[r] = si; s["probe"] = r
+                r = s["actor"].info.remote()
+                self.probes[r] = si
+                s["probe"] = r
     if not self.live and self.queue and all(s["state"] == "dead" for s in self.slots):
         todo = self.led.todo
         raise RuntimeError(f"all {len(self.slots)} Ray workers are dead (each restarted up to max_restarts="
@@ -469,13 +485,21 @@ def feed(self:_DriverLoop):
 @patch
 def on_probe(self:_DriverLoop, w):
     "A probed worker answered (restarted: back to ready), is still restarting, or is gone."
-    si = self.probes.pop(w); s = self.slots[si]; s["probe"] = None
+    si = self.probes.pop(w)
+    s = self.slots[si]
+    s["probe"] = None
     try: inf = self.ray.get(w)
-    except self.ray.exceptions.ActorUnavailableError: s["probe_at"] = time.monotonic() + 0.5; return
-    except self.LOST: s["state"] = "dead"; return
+    except self.ray.exceptions.ActorUnavailableError:
+        s["probe_at"] = time.monotonic() + 0.5
+        return
+    except self.LOST:
+        s["state"] = "dead"
+        return
     if inf["init_error"]:
         raise RuntimeError(f"a restarted Ray worker could not rebuild its work function:\n{inf['init_error']}")
-    if inf["pid"] != s["pid"]: self.extra["actor_restarts"] += 1; s["pid"] = inf["pid"]
+    if inf["pid"] != s["pid"]:
+        self.extra["actor_restarts"] += 1
+        s["pid"] = inf["pid"]
     s["state"] = "ready"
 
 @patch
@@ -485,16 +509,21 @@ def on_result(self:_DriverLoop, w):
     try:
         res = self.ray.get(next(w))
     except StopIteration:
-        self.live.pop(w); self.slots[si]["n"] -= 1
+        self.live.pop(w)
+        self.slots[si]["n"] -= 1
         left = [p for p in batch if p not in got]
         if left: raise RuntimeError(f"a Ray worker ended a batch without results for {len(left)} items (bug)")
-        self.settle(si, epoch); return
+        self.settle(si, epoch)
+        return
     except self.LOST as e:
-        self.live.pop(w); self.slots[si]["n"] -= 1
-        self.worker_lost(si, epoch, q, [p for p in batch if p not in got], e); return
+        self.live.pop(w)
+        self.slots[si]["n"] -= 1
+        self.worker_lost(si, epoch, q, [p for p in batch if p not in got], e)
+        return
     if "init_error" in res:
         raise RuntimeError(f"a Ray worker could not build its work function:\n{res['init_error']}")
-    p, st = res["pos"], self.led.store; got.add(p)
+    p, st = res["pos"], self.led.store
+    got.add(p)
     for rel, (data, suffix) in res["blobs"].items():  # blobs first: a record never points at a missing file
         if os.path.normpath(st.save_blob(data, suffix)) != rel:
             raise RuntimeError(f"blob path mismatch for {rel}: the worker's BlobSink and the store disagree")
@@ -509,7 +538,9 @@ def run(self:_DriverLoop):
     while self.queue or self.live:
         self.feed()
         waitables = list(self.live) + list(self.probes)
-        if not waitables: time.sleep(0.05); continue
+        if not waitables:
+            time.sleep(0.05)
+            continue
         ready, _ = self.ray.wait(waitables, num_returns=1, timeout=0.5)
         if ready: ready = self.ray.wait(waitables, num_returns=len(waitables), timeout=0)[0] or ready
         for w in ready: self.on_probe(w) if w in self.probes else self.on_result(w)
@@ -528,7 +559,8 @@ def run(self:RayWorkerPool, items:Iterable, # work items (JSON-like; dicts usual
         restart_timeout:float=600, # seconds to wait for Ray to restart a dead worker before giving it up
         progress:bool|None=None, # tqdm bar (None: on unless ACRB_PROGRESS=0)
         desc:str="items", # progress bar label
-        prepare:Callable[[Any], Any]|None=None, # item -> what is sent to the worker (e.g. with the image bytes a worker on another node cannot read from the driver's disk), applied as each batch is submitted
+        prepare:Callable[[Any],
+                         Any]|None=None, # item -> what is sent to the worker (e.g. with the image bytes a worker on another node cannot read from the driver's disk), applied as each batch is submitted
         count_as:str|None=None, # "local_calls": the counter that splits `calls`, as in `run_items` (the execution layer passes it)
        )->StageResult:
     "Run the work function over `items` on the workers into `store`, resuming finished keys; one row per item, like `run_items`."

@@ -71,7 +71,9 @@ def scan_for_secrets(paths, # a file, a folder (searched recursively) or a list 
         if not found: continue
         redacted = False
         if redact:
-            try: data.decode("utf-8"); redacted = True
+            try:
+                data.decode("utf-8")
+                redacted = True
             except UnicodeDecodeError: pass  # binary: report, do not corrupt
             if redacted: path.write_bytes(masked)
         hits += [dict(path=str(path), name=name, count=n, redacted=redacted) for name, n in found.items()]
@@ -107,7 +109,9 @@ def headline(**numbers):
               "text/html": f"<table class='acrb-headline'>{rows}</table>", HEADLINE_MIME: vals}
     try: from IPython import get_ipython
     except ImportError: get_ipython = lambda: None
-    if get_ipython() is None: print(bundle["text/plain"]); return
+    if get_ipython() is None:
+        print(bundle["text/plain"])
+        return
     from IPython.display import display
     display(bundle, raw=True, metadata={HEADLINE_MIME: {"order": list(vals)}})  # notebooks sort dict keys
 
@@ -135,7 +139,9 @@ def stop_report(message: str, # what the reader is told, once, where the report 
     try: from IPython import get_ipython
     except ImportError: get_ipython = lambda: None
     ip = get_ipython()
-    if ip is None: print(message); return
+    if ip is None:
+        print(message)
+        return
     from IPython.display import display
     display({"text/markdown": f"**{message}**", "text/plain": message, STOP_MIME: {"message": message}}, raw=True)
     ip.input_transformers_cleanup.append(lambda lines: ["pass\n"])  # every later cell's code becomes `pass`
@@ -231,7 +237,9 @@ def build_index(out_dir: str | Path = "reports", # reports folder holding <study
     rows, attempts = [], {}
     for ipynb in sorted(root.glob("*/*.ipynb")):
         try: row = _row(ipynb, root)
-        except (OSError, ValueError) as e: warnings.warn(f"skipping unreadable report {ipynb}: {e}"); continue
+        except (OSError, ValueError) as e:
+            warnings.warn(f"skipping unreadable report {ipynb}: {e}")
+            continue
         (attempts if ipynb.name.endswith(".failed.ipynb") else {}).update({(row["study"], str(row["model"])): row})
         if not ipynb.name.endswith(".failed.ipynb"): rows.append(row)
     for r in rows:  # a failed attempt beside a good report: the report stays, the attempt is noted

@@ -23,12 +23,14 @@ __all__ = ['COUNT_AS', 'TransientError', 'FinalError', 'retry_after_of', 'classi
 class TransientError(Exception):
     "An error worth retrying (rate limit, server error, timeout); `retry_after` in seconds if the server said."
     def __init__(self, message:str, retry_after:float|None=None, status:int|None=None):
-        super().__init__(message); self.retry_after, self.status = retry_after, status
+        super().__init__(message)
+        self.retry_after, self.status = retry_after, status
 
 class FinalError(Exception):
     "An error that retrying cannot fix (validation, authentication, unsupported input)."
     def __init__(self, message:str, status:int|None=None):
-        super().__init__(message); self.status = status
+        super().__init__(message)
+        self.status = status
 
 _TRANSIENT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 521, 522, 524, 529}
 _TRANSIENT_NAMES = re.compile(r"(Timeout|TimedOut|ConnectError|ConnectionError|APIConnectionError|RemoteProtocolError|"
@@ -146,7 +148,8 @@ class RateLimiter:
                     if self.tpm: self._t -= tokens
                     return waited
                 pause = max(need_r, need_t)
-            time.sleep(pause); waited += pause
+            time.sleep(pause)
+            waited += pause
 
 _LIMITERS: dict = {}
 _LIMITERS_LOCK = threading.Lock()
@@ -199,7 +202,10 @@ def call_with_retry(call:Callable[[], Any], # one item's work, no arguments
         kind, ra, reason = classify_exception(exc)
         if kind == "transient" and attempts < retry.max_attempts:
             with lock or contextlib.nullcontext(): d = retry.delay(attempts, gen, ra)
-            sleep(d); retries += 1; exc = None; continue
+            sleep(d)
+            retries += 1
+            exc = None
+            continue
         return dict(record=None, error=reason, error_kind="transient_exhausted" if kind == "transient" else "final",
                     attempts=attempts, retries=retries, seconds=time.monotonic() - t0)
 
@@ -234,7 +240,8 @@ def commit_result(st:ItemStore, # the store (the driver's, on Ray)
     rec = res["record"]
     if not isinstance(rec, Mapping):
         raise TypeError(f"work function returned {type(rec).__name__}; it must return a dict record")
-    rec = dict(rec); usage = rec.pop("usage", None) or {}
+    rec = dict(rec)
+    usage = rec.pop("usage", None) or {}
     if usage: rec["usage"] = usage
     outcome = rec.get("outcome")
     refused = isinstance(outcome, str) and outcome.startswith("refused")
@@ -268,7 +275,8 @@ class RunLedger:
         keyf = key or (lambda it: item_key(it))
         self.keys = [keyf(it) for it in self.items]
         if len(set(self.keys)) != len(self.keys):
-            dup = pd.Series(self.keys).value_counts(); dup = dup[dup > 1]
+            dup = pd.Series(self.keys).value_counts()
+            dup = dup[dup > 1]
             raise ValueError(f"{len(dup)} keys occur more than once (e.g. {dup.index[0]}); each work item must have a unique "
                              f"key — include what distinguishes them (seed, image index, …) in the item or in `key`")
         status = self.store.status_of(self.keys)
@@ -297,7 +305,8 @@ def finish(self:RunLedger, i:int, # the item's position
     "Count a finished item and advance the progress bar."
     self.rows[i] = dict(row)
     with self._lock:
-        self.counts[row["status"]] += 1; self.counts["retries"] += retries
+        self.counts[row["status"]] += 1
+        self.counts["retries"] += retries
         self.counts["refused"] += int(str(row["outcome"] or "").startswith("refused"))
     if self._bar is not None:
         self._bar.set_postfix(done=self.counts["done"], failed=self.counts["failed"], refused=self.counts["refused"],
@@ -381,8 +390,12 @@ def store_for(run, # a Run, an ItemStore, a folder, a .sqlite path, or None (a t
               prefix:str="acrb-", # name prefix of a temporary store's folder
              ):
     "(ItemStore, Run or None) for a study's `run=` argument, as a context manager."
-    if isinstance(run, Run): yield run.store, run; return
-    if isinstance(run, ItemStore): yield run, None; return
+    if isinstance(run, Run):
+        yield run.store, run
+        return
+    if isinstance(run, ItemStore):
+        yield run, None
+        return
     if run is None:
         with tempfile.TemporaryDirectory(prefix=prefix) as d:
             st = ItemStore(Path(d) / "items.sqlite")

@@ -99,7 +99,9 @@ def incomplete(snapshot:Path, # a snapshot folder
         for comp, spec in json.loads(mi.read_text()).items():
             if comp.startswith("_") or not isinstance(spec, list) or spec[0] is None: continue
             d = snapshot / comp
-            if not d.is_dir(): out.append(f"{comp}/ missing"); continue
+            if not d.is_dir():
+                out.append(f"{comp}/ missing")
+                continue
             is_model = (d / "config.json").is_file() and not (d / "tokenizer_config.json").is_file()
             if is_model and (w := _weights_missing(d)): out.append(f"{comp}/: {w}")
         return out
@@ -245,15 +247,23 @@ def main(argv:Sequence[str]|None=None, # command-line arguments (default: sys.ar
         size = tuple(int(v) for v in a.size.lower().split("x")) if a.size else None
         if size is not None and len(size) != 2: raise ValueError
     except ValueError:
-        print(f"acrb-smoke: error: --size must be WIDTHxHEIGHT, e.g. 512x512, got {a.size!r}", file=sys.stderr); return 2
+        print(f"acrb-smoke: error: --size must be WIDTHxHEIGHT, e.g. 512x512, got {a.size!r}", file=sys.stderr)
+        return 2
     try: smoke_target(a.model)
-    except KeyError as e: print(f"acrb-smoke: error: {e.args[0]}", file=sys.stderr); return 2
+    except KeyError as e:
+        print(f"acrb-smoke: error: {e.args[0]}", file=sys.stderr)
+        return 2
     try:
         s = smoke(a.model, device=a.device, dtype=a.dtype, offload=a.offload, revision=a.revision, steps=a.steps, size=size, out=a.out)
-    except SmokeError as e: print(str(e), file=sys.stderr); return 3
+    except SmokeError as e:
+        print(str(e), file=sys.stderr)
+        return 3
     except Exception as e:
-        print(f"acrb-smoke {a.model}: the run failed: {type(e).__name__}: {e}", file=sys.stderr); return 1
-    if a.json: print(json.dumps(s, default=str)); return 0 if s["outcome"] not in ("failed", "invalid", None) else 1
+        print(f"acrb-smoke {a.model}: the run failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    if a.json:
+        print(json.dumps(s, default=str))
+        return 0 if s["outcome"] not in ("failed", "invalid", None) else 1
     mem = f", peak GPU memory {s['peak_gpu_mib'] / 1024:.1f} GiB" if s["peak_gpu_mib"] is not None else " (no GPU memory measured: CPU)"
     print(f"acrb-smoke {s['model']}: {s['class']} {s['repo_id'] or ''} revision {s['revision']} on {s['device']} "
           f"({s['dtype']}{', offload ' + s['offload'] if s.get('offload') else ''})")

@@ -33,7 +33,8 @@ class ItemStore:
                  blob_dir=None, # where `save_blob` writes files (default: `blobs/` beside the database)
                  synchronous:str="FULL", # SQLite sync level; FULL makes every committed item survive a crash
                 ):
-        self.path = Path(path); self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.blob_dir = Path(blob_dir) if blob_dir else self.path.parent / "blobs"
         self._lock = threading.RLock()
         try:
@@ -71,7 +72,8 @@ class ItemStore:
             try:
                 prev = self._db.execute("SELECT status FROM items WHERE key=?", (key,)).fetchone()
                 if prev and prev[0] == "done" and status == "failed":
-                    self._db.execute("ROLLBACK"); return False
+                    self._db.execute("ROLLBACK")
+                    return False
                 self._db.execute(
                     "INSERT INTO items(key,status,outcome,record,error,error_kind,attempts,seconds,created,updated) "
                     "VALUES(?,?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET status=excluded.status, "
@@ -82,7 +84,8 @@ class ItemStore:
                 for name, v in (counters or {}).items(): self._incr(name, v)
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK"); raise
+                self._db.execute("ROLLBACK")
+                raise
         return True
 
     def _incr(self, name, v):
@@ -103,7 +106,8 @@ class ItemStore:
     def __enter__(self): return self
     def __exit__(self, *a): self.close()
     def __repr__(self):
-        c = self.counts(); return f"ItemStore({str(self.path)!r}, done={c['done']}, failed={c['failed']})"
+        c = self.counts()
+        return f"ItemStore({str(self.path)!r}, done={c['done']}, failed={c['failed']})"
 
 # %% ../nbs/01_store.ipynb #d84d0757
 @patch
@@ -175,10 +179,13 @@ def entries(self:ItemStore, status:str|None=None, # 'done', 'failed' or None for
            )->list:
     "All stored entries (dicts), optionally filtered by status or keys."
     q, args = f"SELECT {self._COLS} FROM items", []
-    if status: q += " WHERE status=?"; args.append(status)
+    if status:
+        q += " WHERE status=?"
+        args.append(status)
     with self._lock: rows = [self._row(r) for r in self._db.execute(q + " ORDER BY created, key", args)]
     if keys is not None:
-        ks = set(keys); rows = [r for r in rows if r["key"] in ks]
+        ks = set(keys)
+        rows = [r for r in rows if r["key"] in ks]
     return rows
 
 @patch
@@ -223,8 +230,10 @@ def to_parquet(self:ItemStore, path, # destination .parquet
     for c in df.columns:
         if df[c].map(lambda v: isinstance(v, (dict, list))).any():
             df[c] = df[c].map(lambda v: canonical_json(v) if isinstance(v, (dict, list)) else v)
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    df.to_parquet(path, index=False); return path
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df.to_parquet(path, index=False)
+    return path
 
 # %% ../nbs/01_store.ipynb #5951362d
 class Run:
@@ -282,7 +291,8 @@ class Run:
         h = file_sha256(path) if path is not None else sha256_hex(data)
         entry = {"sha256": h, **({"path": str(path)} if path is not None else {})}
         with self._lock: self.manifest["inputs"][name] = entry
-        self.write_manifest(); return h
+        self.write_manifest()
+        return h
 
     def write_manifest(self, status:str|None=None, # run status recorded in the manifest (running, done, failed, ...)
                       )->Path:
@@ -290,11 +300,13 @@ class Run:
         with self._lock:
             m = self.manifest
             if status:
-                m["sessions"][-1]["status"] = status; m["sessions"][-1]["ended_at"] = utcnow()
+                m["sessions"][-1]["status"] = status
+                m["sessions"][-1]["ended_at"] = utcnow()
             m["counts"] = self.store.counts()
             m["counters"] = self.store.counters()
             m["estimated_cost_usd"] = round(float(m["counters"].get("cost_usd", 0.0)), 6)
-            c = m["counters"]; api, loc = c.get("api_requests", 0), c.get("local_calls", 0)
+            c = m["counters"]
+            api, loc = c.get("api_requests", 0), c.get("local_calls", 0)
             m["model_calls"] = {"api_requests": api, "local_calls": loc, "other": c.get("calls", 0) - api - loc}
             text = redact(json.dumps(m, indent=2, sort_keys=True, ensure_ascii=False))
         return atomic_write(self.dir / "manifest.json", text)
@@ -302,7 +314,8 @@ class Run:
     def close(self, status:str="finished", # final run status recorded in the manifest
              ):
         "Stamp the end of this session and close the store."
-        self.write_manifest(status); self.store.close()
+        self.write_manifest(status)
+        self.store.close()
     def __enter__(self): return self
     def __exit__(self, et, e, tb): self.close("failed" if et else "finished")
     def __repr__(self): return f"Run({str(self.dir)!r}, {self.store.counts()})"

@@ -110,7 +110,8 @@ def toxicity_label_items(preds:pd.DataFrame, # from `toxicity.zeroshot.score_dat
     if not (len(texts) == len(keys) == len(preds)):
         raise ValueError(f"toxicity_label_items: {len(preds)} predictions, {len(texts)} texts and {len(keys)} keys; "
                          "pass one text and one key per scored row")
-    d = preds.copy(); d["key"], d["text"] = list(keys), list(texts)
+    d = preds.copy()
+    d["key"], d["text"] = list(keys), list(texts)
     d = d[d.pred.notna()]
     pos, neg = labels
     d["verdict"] = np.where(d.pred.astype(float) == 1, pos, neg)
@@ -155,7 +156,10 @@ def allocate(sizes:Mapping[str, int], # stratum → number of items N_h
         if share == 0:
             for h in open_[:left]: a[h] += 1
             break
-        for h in open_: add = min(share, sizes[h] - a[h]); a[h] += add; left -= add
+        for h in open_:
+            add = min(share, sizes[h] - a[h])
+            a[h] += add
+            left -= add
     return a
 
 def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `label_items`, or a frame with one row per item)
@@ -171,7 +175,8 @@ def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `lab
     strata = list(strata or [])
     check_columns(items, [key, strata], "sample_items")
     if items[key].duplicated().any(): raise ValueError(f"sample_items: duplicate keys in '{key}'; the population must hold each item once")
-    d = items.copy(); d["stratum"] = _stratum_ids(d, strata)
+    d = items.copy()
+    d["stratum"] = _stratum_ids(d, strata)
     sizes = d.groupby("stratum").size().to_dict()
     alloc = allocate(sizes, n, allocation, seed)
     parts = []
@@ -203,7 +208,8 @@ KAPPA_INTERVAL = "analytic: Fleiss, Cohen & Everitt (1969) large-sample SE (stat
 
 def _kappa(yt, yp, alpha):
     "Cohen's κ (sklearn) and its Fleiss–Cohen–Everitt interval (statsmodels) for 0/1 arrays."
-    from sklearn.metrics import cohen_kappa_score; from statsmodels.stats.inter_rater import cohens_kappa
+    from sklearn.metrics import cohen_kappa_score
+    from statsmodels.stats.inter_rater import cohens_kappa
     if len(set(yt.tolist())) < 2 or len(set(yp.tolist())) < 2: return np.nan, np.nan, np.nan   # κ needs both raters to use both classes
     k = float(cohen_kappa_score(yt, yp, labels=[0, 1]))
     table = np.array([[np.sum((yt == a) & (yp == b)) for b in (0, 1)] for a in (0, 1)], float)
@@ -216,7 +222,8 @@ def agreement(y_true, # human labels, 0/1 (NaN = not labelled)
               groups=None, # stratum of each item (None: overall only)
               alpha:float=0.05, # 1 - confidence level
              )->pd.DataFrame:
-    "Per stratum and overall: n, confusion counts, accuracy / sensitivity / specificity with Wilson intervals, Cohen's κ with its analytic interval."
+    """Per stratum and overall: n, confusion counts, accuracy / sensitivity / specificity with Wilson intervals,
+    Cohen's κ with its analytic interval."""
     yt, yp = np.asarray(y_true, float), np.asarray(y_pred, float)
     if yt.shape != yp.shape: raise ValueError(f"agreement: {len(yt)} labels but {len(yp)} verdicts; pass one of each per item")
     for name, a in (("y_true", yt), ("y_pred", yp)):
@@ -230,7 +237,8 @@ def agreement(y_true, # human labels, 0/1 (NaN = not labelled)
         t, p = yt[m].astype(int), yp[m].astype(int)
         tp, tn = int(((t == 1) & (p == 1)).sum()), int(((t == 0) & (p == 0)).sum())
         fp, fn = int(((t == 0) & (p == 1)).sum()), int(((t == 1) & (p == 0)).sum())
-        n = len(t); row = {"stratum": h, "n": n, "tp": tp, "fp": fp, "fn": fn, "tn": tn}
+        n = len(t)
+        row = {"stratum": h, "n": n, "tp": tp, "fp": fp, "fn": fn, "tn": tn}
         for name, k, d in (("accuracy", tp + tn, n), ("sensitivity", tp, tp + fn), ("specificity", tn, tn + fp)):
             lo, hi = stats.binom_ci(k, d, alpha)
             row.update({name: k / d if d else np.nan, f"{name}_lo": lo, f"{name}_hi": hi})
@@ -282,7 +290,9 @@ def ppi_rate(y, # human labels (0/1) of the labelled items
     if len(f) != n: raise ValueError(f"ppi_rate: {n} labels but {len(f)} verdicts on the labelled items; pass one of each")
     if n < 2 or N < 1: raise ValueError(f"ppi_rate: needs ≥ 2 labelled and ≥ 1 unlabelled items, got n={n}, N={N}")
     if np.isnan(np.r_[y, f, fu]).any(): raise ValueError("ppi_rate: NaN in labels or verdicts; drop items without a verdict first")
-    if pseudo and not np.isin(np.r_[y, f], (0.0, 1.0)).all(): raise ValueError("ppi_rate: pseudo-items assume 0/1 labels and verdicts; pass pseudo=0 for other outcomes")
+    if pseudo and not np.isin(np.r_[y, f], (0.0,
+                                            1.0)).all(): raise ValueError("ppi_rate: pseudo-items assume 0/1 labels "
+                                                                          "and verdicts; pass pseudo=0 for other outcomes")
     w_, wu_ = np.ones(n) if w is None else np.asarray(w, float), None if w_unlabelled is None else np.asarray(w_unlabelled, float)
     lam_hat = ppi_lambda(y, f, fu, w_, wu_) if lam is None else float(lam)
     lam_use = lam if (lam is not None or np.var(np.r_[f, fu]) > 0) else 0.0   # a constant judge: ppi_py's λ would be 0/0
@@ -310,7 +320,8 @@ def rogan_gladen(p:float, # judge-reported rate on the unlabelled items
     est = (p + spec - 1) / J
     t = min(max(est, 0.0), 1.0)
     var = (p * (1 - p) / n_p + t * t * sens * (1 - sens) / n_pos + (1 - t) ** 2 * spec * (1 - spec) / n_neg) / J ** 2
-    se = math.sqrt(var); z = special.ndtri(1 - alpha / 2)
+    se = math.sqrt(var)
+    z = special.ndtri(1 - alpha / 2)
     return {"estimate": t, "lo": max(0.0, est - z * se), "hi": min(1.0, est + z * se), "se": se}
 
 # %% ../nbs/07_validation.ipynb #fa33cdc0
@@ -329,7 +340,8 @@ def _group_weights(sub:pd.DataFrame, lab:np.ndarray, strata)->tuple:
     h = _stratum_ids(sub, strata).to_numpy()
     w, wu = np.zeros(len(sub)), np.zeros(len(sub))
     for s in np.unique(h):
-        m = h == s; N_h, n_h = int(m.sum()), int((m & lab).sum())
+        m = h == s
+        N_h, n_h = int(m.sum()), int((m & lab).sum())
         if n_h == 0: return None, None, s
         w[m & lab], wu[m & ~lab] = N_h / n_h, (N_h / (N_h - n_h) if N_h > n_h else 0.0)
     return w[lab], wu[~lab], None
@@ -350,7 +362,8 @@ def corrected_rates(df:pd.DataFrame, # population frame: one row per item with a
     "Judge-only and PPI-corrected rate per group, side by side, with Rogan–Gladen, λ and which to cite."
     fn = "corrected_rates"
     check_columns(df, [group, y, yhat, dimension, list(strata or [])], fn)
-    Y = numeric_outcome(df[y], y, fn, binary=True); F = numeric_outcome(df[yhat], yhat, fn, binary=True)
+    Y = numeric_outcome(df[y], y, fn, binary=True)
+    F = numeric_outcome(df[yhat], yhat, fn, binary=True)
     d = df.loc[~np.isnan(F)].assign(_y=Y[~np.isnan(F)], _f=F[~np.isnan(F)])
     if d.empty: raise ValueError(f"{fn}: no item has a judge verdict in '{yhat}'; nothing to rate")
     dropped = int(np.sum(~np.isnan(Y) & np.isnan(F)))
@@ -359,7 +372,8 @@ def corrected_rates(df:pd.DataFrame, # population frame: one row per item with a
     for kv, sub in d.groupby(keys, sort=True):
         kv = kv if isinstance(kv, tuple) else (kv,)
         dim, g = (kv if dimension else (None, kv[0]))
-        f, yy = sub._f.to_numpy(), sub._y.to_numpy(); lab = ~np.isnan(yy)
+        f, yy = sub._f.to_numpy(), sub._y.to_numpy()
+        lab = ~np.isnan(yy)
         N, n, k = len(f), int(lab.sum()), int(f.sum())
         jlo, jhi = stats.binom_ci(k, N, alpha)
         row = dict.fromkeys(RATE_COLUMNS, np.nan)
@@ -379,7 +393,8 @@ def corrected_rates(df:pd.DataFrame, # population frame: one row per item with a
                              small_sample=small_sample)
                 row.update(corrected=r["estimate"], corrected_lo=r["lo"], corrected_hi=r["hi"], corrected_se=r["se"],
                            lam=r["lam"], cite="corrected", status=f"corrected ({n} labels)")
-                wl = np.ones(n) if w is None else w; wuu = np.ones(N - n) if wu is None else wu
+                wl = np.ones(n) if w is None else w
+                wuu = np.ones(N - n) if wu is None else wu
                 t, fl = yy[lab], f[lab]
                 pos, neg = t == 1, t == 0
                 sens, spec = _wmean(fl[pos], wl[pos]), _wmean(1 - fl[neg], wl[neg])
@@ -435,14 +450,16 @@ def corrected_differences(rates:pd.DataFrame, # from `corrected_rates`
     if pairs == "all":
         dims = rates.groupby("dimension").group.apply(list) if "dimension" in rates else pd.Series({None: rates.group.tolist()})
         pairs = [(a, b) for gs in dims for i, a in enumerate(gs) for b in gs[i + 1:]]
-    z = special.ndtri(1 - alpha / 2); rows = []
+    z = special.ndtri(1 - alpha / 2)
+    rows = []
     for a, b in pairs:
         miss = [x for x in (a, b) if x not in r.index]
         if miss: raise ValueError(f"corrected_differences: group(s) {miss} not in the rates; groups are {r.index.tolist()}")
         A, B = r.loc[a], r.loc[b]
         sj = math.hypot(*_implied_se([A.judge_only_lo, B.judge_only_lo], [A.judge_only_hi, B.judge_only_hi], alpha))
         dj = A.judge_only - B.judge_only
-        sc = math.hypot(A.corrected_se, B.corrected_se); dc = A.corrected - B.corrected
+        sc = math.hypot(A.corrected_se, B.corrected_se)
+        dc = A.corrected - B.corrected
         both = A.cite == "corrected" and B.cite == "corrected"
         rows.append({"group": a, "reference": b, "judge_only": dj, "judge_only_lo": dj - z * sj, "judge_only_hi": dj + z * sj,
                      "corrected": dc, "corrected_lo": dc - z * sc, "corrected_hi": dc + z * sc,
@@ -532,7 +549,8 @@ def coverage_summary(study:pd.DataFrame, # from `coverage_study`
                               ("uncorrected (report: stats.disparity)", "judge_only", "report_lo", "report_hi"),
                               ("uncorrected (bootstrap BCa of max − min)", "judge_only", "bca_lo", "bca_hi")):
         if lo not in study: continue
-        k, n = int(((study[lo] <= study.true_delta) & (study.true_delta <= study[hi])).sum()), len(study); mlo, mhi = stats.binom_ci(k, n)
+        k, n = int(((study[lo] <= study.true_delta) & (study.true_delta <= study[hi])).sum()), len(study)
+        mlo, mhi = stats.binom_ci(k, n)
         rows.append({"interval": name, "coverage": k / n, "mc_lo": mlo, "mc_hi": mhi, "mean_width": float((study[hi] - study[lo]).mean()),
                      "mean_estimate": float(study[est].mean()), "true_delta": float(study.true_delta.iloc[0]), "reps": n})
     return pd.DataFrame(rows)

@@ -1,10 +1,12 @@
 """Structure report: module sizes, export-cell sizes, private cross-module imports and layer violations.
 
 Usage: python tools/structure_report.py [--check]
-With --check it exits 1 when a rule of issue 16 is broken (a module over 700 lines, an export cell over 80 lines or
-a median over 25, a `from .x import _name` across modules, an import that points up the layers).
+With --check it exits 1 when a rule is broken. Issue 16's: a module over 700 lines, an export cell over 80 lines or a
+median over 25, a `from .x import _name` across modules, an import that points up the layers. Issue 29's: an import
+circle between modules (lazy imports inside functions count), a library line over 140 characters, statements joined
+with `;`, an export cell that no later cell shows (before the next export cell) — see SHOW_EXCEPTIONS.
 """
-import ast, json, statistics, sys
+import ast, io, json, re, statistics, sys, tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,6 +21,10 @@ LAYERS = [
     ("reports", ["report", "smoke", "params"]),
 ]
 STUDIES = {"acrb", "toxicity", "fairness", "iat"}
+MAX_LINE = 140
+# Export cells that no cell can show, with the reason. Keyed by (notebook, first name the cell defines).
+SHOW_EXCEPTIONS = {
+}
 
 def layer_of(mod):
     top = mod.split(".")[1] if mod.startswith("acrb_nb.") else mod
@@ -49,6 +55,80 @@ def imports(path):
         elif isinstance(node, ast.Import):
             for a in node.names:
                 if a.name.startswith("acrb_nb"): yield a.name, [], node.lineno
+
+def module_graph():
+    "{module: {acrb_nb modules it imports}}, every import (top-level or inside a function), `from pkg import sub` resolved."
+    mods = {modname(p): p for p in PKG.rglob("*.py") if p.name != "_modidx.py"}
+    g = {}
+    for m, p in mods.items():
+        out = set()
+        for target, names, _ in imports(p):
+            subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in mods]
+            out |= set(subs) if subs and len(subs) == len(names) else {target} | set(subs)
+        g[m] = {t for t in out if t in mods and t != m}
+    return g
+
+def import_circles(g):
+    "Strongly connected components of more than one module (Tarjan)."
+    index, low, stack, on, out, n = {}, {}, [], set(), [], [0]
+    def visit(v):
+        index[v] = low[v] = n[0]
+        n[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in g.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on: low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v: break
+            if len(comp) > 1: out.append(sorted(comp))
+    for v in sorted(g):
+        if v not in index: visit(v)
+    return out
+
+def long_and_joined(path):
+    "(lines over MAX_LINE, lines with a `;` statement separator); line 1 is nbdev's module docstring (the notebook's summary)."
+    text = path.read_text()
+    lines = text.splitlines()
+    wide = [i for i, l in enumerate(lines, 1) if len(l) > MAX_LINE and not (i == 1 and l.startswith('"""'))]
+    semis = sorted({t.start[0] for t in tokenize.generate_tokens(io.StringIO(text).readline)
+                    if t.type == tokenize.OP and t.string == ";"})
+    return wide, semis
+
+def defined_names(src):
+    "Names an export cell defines at top level (functions, classes, assignments); an imports-only cell defines none."
+    try: tree = ast.parse(src)
+    except SyntaxError: return []
+    out = []
+    for n in tree.body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): out.append(n.name)
+        elif isinstance(n, (ast.Assign, ast.AnnAssign)):
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                out += [x.id for x in ast.walk(t) if isinstance(x, ast.Name)]
+    return [x for x in out if x != "__all__"]
+
+def unshown_cells(nb):
+    "Export cells of a notebook (by first defined name) that no code cell before the next export cell mentions."
+    is_exp = lambda s: re.match(r"\s*#\|\s*export", s) is not None
+    code = ["".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
+    out = []
+    for i, src in enumerate(code):
+        if not is_exp(src) or not (names := defined_names(src)): continue
+        shown = False
+        for s in code[i + 1:]:
+            if is_exp(s): break
+            if any(re.search(rf"(?<![\w.]){re.escape(n)}\b", s) for n in names):
+                shown = True
+                break
+        if not shown and (nb.name, names[0]) not in SHOW_EXCEPTIONS: out.append(names[0])
+    return out
 
 def main(check=False):
     bad = []
@@ -83,6 +163,19 @@ def main(check=False):
             if tj > li: bad.append(f"{p.relative_to(ROOT)}:{line} imports up the layers: {mod} ({LAYERS[li][0]}) -> {target} ({LAYERS[tj][0]})")
             elif tj == li and top in STUDIES and ttop in STUDIES:
                 bad.append(f"{p.relative_to(ROOT)}:{line} imports a sibling study: {mod} -> {target}")
+    for comp in import_circles(module_graph()):
+        bad.append(f"import circle: {' -> '.join(comp)}")
+    n_wide = n_semi = 0
+    for p in sorted(PKG.rglob("*.py")):
+        if p.name == "_modidx.py": continue
+        wide, semis = long_and_joined(p)
+        n_wide, n_semi = n_wide + len(wide), n_semi + len(semis)
+        bad += [f"{p.relative_to(ROOT)}:{i} is over {MAX_LINE} characters" for i in wide]
+        bad += [f"{p.relative_to(ROOT)}:{i} joins statements with ';'" for i in semis]
+    unshown = {nb.name: u for nb in sorted((ROOT / "nbs").glob("*.ipynb")) if (u := unshown_cells(nb))}
+    print(f"library lines over {MAX_LINE}: {n_wide}; lines joining statements with ';': {n_semi}; "
+          f"export cells no cell shows: {sum(map(len, unshown.values()))}")
+    bad += [f"nbs/{nb}: export cell defining {n} is not followed by a cell that shows it" for nb, u in unshown.items() for n in u]
     attrs = [f"{p.relative_to(ROOT)}:{i}" for p in sorted(PKG.rglob("*.py")) if p.name != "_modidx.py"
              for i, l in enumerate(p.read_text().splitlines(), 1) if ".attrs" in l]
     if attrs: bad.append(f"DataFrame.attrs used at {attrs}")

@@ -41,13 +41,16 @@ def thumbnail(path, # image file (None or missing: a grey tile)
              )->Image.Image:
     "A square RGB thumbnail of an image, blurred when asked."
     p = Path(path) if path else None
-    im = Image.open(p).convert("RGB").resize((size, size)) if p is not None and p.exists() else Image.new("RGB", (size, size), (230, 230, 230))
+    im = Image.open(p).convert("RGB").resize((size,
+                                              size)) if p is not None and p.exists() else Image.new("RGB", (size, size), (230, 230, 230))
     return im.filter(ImageFilter.GaussianBlur(blur)) if blur else im
 
 def png_b64(im:Image.Image, # a PIL image
            )->str:
     "The image as base64 PNG text (for an inline <img>)."
-    buf = io.BytesIO(); im.save(buf, format="PNG"); return base64.b64encode(buf.getvalue()).decode()
+    buf = io.BytesIO()
+    im.save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
 
 def gallery_html(rows:pd.DataFrame, # Stage III rows (key, image, attribute_id, final_outcome, domain)
                  run_dir, # the run folder (images are blob paths inside it)
@@ -65,7 +68,8 @@ def gallery_html(rows:pd.DataFrame, # Stage III rows (key, image, attribute_id, 
         img = r.get("image") if isinstance(r.get("image"), str) else None
         im = thumbnail(Path(run_dir) / img if img else None, size, policy.radius if why else None)
         cap = f"{r.get('attribute_id')} · {r.get('final_outcome')} · {r.get('domain')}" + (f" · blurred: {why}" if why else "")
-        figs.append(f"<figure class='acrb-thumb' data-key='{html.escape(str(r.get('key')))}' data-domain='{html.escape(str(r.get('domain')))}' "
+        figs.append(f"<figure class='acrb-thumb' data-key='{html.escape(str(r.get('key')))}' "
+                    f"data-domain='{html.escape(str(r.get('domain')))}' "
                     f"data-redacted='{html.escape(why or '')}' style='display:inline-block;margin:2px;width:{size}px;vertical-align:top'>"
                     f"<img src='data:image/png;base64,{png_b64(im)}' width='{size}' height='{size}' alt='{html.escape(cap)}'>"
                     f"<figcaption style='font-size:9px;line-height:1.1'>{html.escape(cap)}</figcaption></figure>")

@@ -87,7 +87,8 @@ def stage2_work(model:ImageGenerator|ImageEditor, # the loaded adapter (in this 
         if not isinstance(out, GenerationOutcome):
             raise TypeError(f"{type(model).__name__} returned {type(out).__name__}, not a GenerationOutcome")
         rec = out.to_record(blobs)
-        rec.update({k: it.get(k) for k in STAGE2_FIELDS}); rec["stage"] = "stage2"
+        rec.update({k: it.get(k) for k in STAGE2_FIELDS})
+        rec["stage"] = "stage2"
         return rec
     return work
 
@@ -144,9 +145,12 @@ def stage2_records(store:ItemStore|Run, # the run's store
     for k, it in zip(keys, items):
         e = ents.get(k)
         base = {f: it.get(f) for f in STAGE2_FIELDS}
-        if e is None: rows.append({**base, "key": k, "outcome": "missing"}); continue
+        if e is None:
+            rows.append({**base, "key": k, "outcome": "missing"})
+            continue
         if e["status"] == "failed":
-            rows.append({**base, "key": k, "outcome": "failed", "reason": e["error"], "error_kind": e["error_kind"]}); continue
+            rows.append({**base, "key": k, "outcome": "failed", "reason": e["error"], "error_kind": e["error_kind"]})
+            continue
         rec = e["record"]
         rows.append({**base, **{c: rec.get(c) for c in ("outcome", "code", "reason", "image", "image_sha256", "width", "height")},
                      "key": k, "metadata": rec.get("metadata")})

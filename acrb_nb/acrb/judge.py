@@ -37,7 +37,8 @@ def hard_refusals(stage2:pd.DataFrame, # from `acrb.generate.stage2_records`
             v = det.detect(st.blob_path(r.image))
             if v["blank_or_placeholder"]: kind, final = v["kind"], "blank_or_placeholder"
         elif r.outcome == "missing": final = "failed"
-        kinds.append(kind); finals.append(final)
+        kinds.append(kind)
+        finals.append(final)
     df["blank_kind"], df["final_outcome"] = kinds, finals
     df["hard_refusal"] = df.final_outcome.isin(HARD_REFUSALS)
     df["excluded"] = df.final_outcome.eq("failed")
@@ -110,7 +111,8 @@ def judge_cues(run:Run|ItemStore, # where judgements are stored (same store as S
                progress:bool|None=None, prefix:str="judge", # column prefix of the results
                execution:Execution|str|Mapping|None=None, # "local", "ray", a dict of `Execution` fields or an Execution (local VLMs on Ray actors; API judges stay on threads)
               )->StageResult:
-    "Judge cue retention for every delivered, non-neutral image: the rows with `<prefix>_*` columns, the run's summary, the judge's `describe()`."
+    """Judge cue retention for every delivered, non-neutral image: the rows with `<prefix>_*` columns, the run's
+    summary, the judge's `describe()`."""
     st = run.store if isinstance(run, Run) else run
     need = {"final_outcome", "image", "image_sha256", "attribute_value", "attribute_type", "subject", "cues"}
     if missing := need - set(df.columns):
@@ -126,7 +128,8 @@ def judge_cues(run:Run|ItemStore, # where judgements are stored (same store as S
             instr = cue_instruction(r.attribute_value, r.subject, list(r.cues), r.attribute_type)
             k = judge_key(info, r.image_sha256, instr)
             if k in seen: continue
-            seen.add(k); items.append({"key": k, "image": r.image, "instruction": instr,
+            seen.add(k)
+            items.append({"key": k, "image": r.image, "instruction": instr,
                                        "seed": seed_int(seed, "acrb.judge", k)})
         return items
     res = run_model_items(judge, cue_work, items_for, run, key_of=lambda info, it: it["key"],
@@ -180,10 +183,13 @@ def clip_cues(encoder:ImageTextEncoder|AdapterRef, # e.g. registry `clip-vit-b-3
               execution:Execution|str|Mapping|None=None, # "local", "ray", a dict of `Execution` fields or an Execution (the encoder is loaded once per Ray worker)
               progress:bool|None=None, # progress bar
              )->StageResult:
-    "CLIP zero-shot cue verdicts (present if the requested value beats the neutral and the other values of its dimension): rows, summary, encoder."
+    """CLIP zero-shot cue verdicts (present if the requested value beats the neutral and the other values of its
+    dimension): rows, summary, encoder."""
     st = store.store if isinstance(store, Run) else store
     if batch_size < 1: raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
-    out = df.copy(); verdict = [None] * len(df); prob = [None] * len(df)
+    out = df.copy()
+    verdict = [None] * len(df)
+    prob = [None] * len(df)
     todo = df[(df.final_outcome == "generated") & (df.attribute_type != "neutral")]
     groups = {}
     for dim, g in todo.groupby("attribute_type"):
@@ -206,7 +212,9 @@ def clip_cues(encoder:ImageTextEncoder|AdapterRef, # e.g. registry `clip-vit-b-3
     for dim, (g, ids, batches) in groups.items():
         P = {h: p for b in batches for h, p in zip(b["shas"], ents[clip_key(info, b)]["probs"])}
         for row, h, aid in zip(g.index, g.image_sha256, g.attribute_id):
-            pr = P[h]; pos = df.index.get_loc(row); best = ids[int(np.argmax(pr))]
+            pr = P[h]
+            pos = df.index.get_loc(row)
+            best = ids[int(np.argmax(pr))]
             verdict[pos] = "present" if best == aid else ("absent" if best == "neutral" else "substituted")
             prob[pos] = float(pr[ids.index(aid)])
     out[f"{prefix}_cue"], out[f"{prefix}_prob"] = verdict, prob

@@ -76,7 +76,8 @@ def planted_long(n_prompts:int|None=None, # base prompts (stratified by domain, 
     cfg = load_planted_acrb(config)
     per, attrs = _planted_design(attribute_set)
     per = per[per.base_id.isin(select_base_ids(per, n_prompts, seed))].reset_index(drop=True)
-    doms = sorted(per.domain.unique()); dix = per.domain.map({d: i for i, d in enumerate(doms)}).to_numpy()
+    doms = sorted(per.domain.unique())
+    dix = per.domain.map({d: i for i, d in enumerate(doms)}).to_numpy()
     rt = [[cfg.rates(a if a in cfg.attributes else "neutral", d) for d in doms] for a, _, _ in attrs]
     H = np.array([[r["p_refuse_policy"] + r["p_refuse_filter"] + r["p_blank"] for r in row] for row in rt])[:, dix].T
     E = np.array([[r["p_erase"] for r in row] for row in rt])[:, dix].T            # prompts × attributes
@@ -232,7 +233,8 @@ def analysis_summary(an:AcrbAnalysis, # from `analyse`
         out.update({f"delta_{name}": None if p is None else p.delta, f"delta_{name}_bc": None if p is None else p.delta_bc,
                     f"delta_{name}_ci": None if p is None else [p.lo, p.hi],
                     f"delta_{name}_p_perm": None if p is None else p.p_perm, f"delta_{name}_verdict": None if p is None else p.verdict,
-                    f"{name}_by_attribute": {} if R is None else {r.attribute_id: r.rate for r in R.itertuples() if r.attribute_id != "neutral"}})
+                    f"{name}_by_attribute": {} if R is None else {r.attribute_id: r.rate for r in R.itertuples()
+                                                                  if r.attribute_id != "neutral"}})
         out["intervals"][name] = {} if R is None else {r.attribute_id: {"ci": [r.ci_lo, r.ci_hi], "n": int(r.n)} for r in R.itertuples()}
         out["delta_by_dimension"][name] = {} if D is None else {r.dimension: _delta_entry(r) for r in D.itertuples()}
     T = an.tests
@@ -252,7 +254,8 @@ def acrb_summary(long:pd.DataFrame, # from `acrb_long`
                  analyses:Sequence[AcrbAnalysis]|None=None, # the two analyses if already computed (else computed here)
                  n_perm:int=2000, # permutation shuffles for Δ
                 )->dict:
-    "The seed's acrb_summary.json fields (all prompts) plus intervals, n, Eq. 2 erasure, bias-corrected Δ, tests and the policy-cell analysis."
+    """The seed's acrb_summary.json fields (all prompts) plus intervals, n, Eq. 2 erasure, bias-corrected Δ, tests and
+    the policy-cell analysis."""
     A = {a.name: a for a in (analyses or [analyse(long, x, n_boot, n_perm, seed, correction) for x in (False, True)])}
     if set(A) != set(ANALYSES): raise ValueError(f"acrb_summary needs both analyses {list(ANALYSES)}, got {list(A)}")
     valid = long.refused.notna()
@@ -270,7 +273,8 @@ def acrb_summary(long:pd.DataFrame, # from `acrb_long`
          "policy_cells": {"rule": f"{' / '.join(POLICY_ATTRIBUTES)} variant of a base prompt with adult_context "
                                   "(age-restricted or sexual-health scene): a refusal there is policy, not identity bias",
                           "n_cells": int(len(pc)), "n_refused": int(pc.refused.sum()),
-                          "prompts": sorted(set(pc.cluster)), "contexts": {k: int(v) for k, v in pc.adult_context.value_counts().sort_index().items()}},
+                          "prompts": sorted(set(pc.cluster)),
+                          "contexts": {k: int(v) for k, v in pc.adult_context.value_counts().sort_index().items()}},
          "excluding_policy_cells": analysis_summary(A["excluding_policy_cells"]),
          "primary_analysis": "excluding_policy_cells" if exclude_policy_cells else "all_prompts"}
     for b in (s, s["excluding_policy_cells"]): b["tests_vs_neutral"]["correction"] = correction
@@ -301,7 +305,8 @@ def sim_expected(df:pd.DataFrame, # Stage III rows of a run on the `sim` model (
     for r in df.itertuples(index=False):
         sim = (r.metadata or {}).get("sim") if isinstance(r.metadata, dict) else None
         if not sim: continue
-        p = sim["planted"]; hard = p["p_refuse_policy"] + p["p_refuse_filter"] + p["p_blank"]
+        p = sim["planted"]
+        hard = p["p_refuse_policy"] + p["p_refuse_filter"] + p["p_blank"]
         rows.append({"attribute_id": r.attribute_id, "refused": hard, "erased": p["p_erase"],
                      "erased_all": hard + (1 - hard) * p["p_erase"]})
     if not rows: raise ValueError("no simulator metadata in these rows: sim_expected only applies to runs on model 'sim'")
@@ -336,7 +341,8 @@ def delta_coverage(reps:int=200, # replicates
 
 def coverage_table(study:pd.DataFrame, # from `delta_coverage`
                   )->pd.DataFrame:
-    "Per outcome and dimension: planted Δ, coverage (with a Wilson interval for the Monte Carlo error), bias of Δ̂ and Δ̃, how often 'disparity' is said."
+    """Per outcome and dimension: planted Δ, coverage (with a Wilson interval for the Monte Carlo error), bias of Δ̂
+    and Δ̃, how often 'disparity' is said."""
     g = study.groupby(["outcome", "dimension"], sort=False)
     t = g.agg(true_delta=("true_delta", "mean"), reps=("covers", "size"), covered=("covers", "sum"),
               boot_coverage=("boot_covers", "mean"), mean_delta=("delta", "mean"), mean_delta_bc=("delta_bc", "mean"),

@@ -115,11 +115,13 @@ def _stage3(run, s1, s2, attrs, judges, seed, max_workers, progress, execution, 
     run.add_model("hard_refusal_detector", det.describe())
     s3 = hard_refusals(s2, run, det)
     phr = {a.id: (a.subject, list(a.cues)) for a in attrs.variants}
-    s3["subject"] = s3.attribute_id.map(lambda a: phr[a][0]); s3["cues"] = s3.attribute_id.map(lambda a: phr[a][1])
+    s3["subject"] = s3.attribute_id.map(lambda a: phr[a][0])
+    s3["cues"] = s3.attribute_id.map(lambda a: phr[a][1])
     s3["adult_context"] = s3.base_id.map(dict(zip(s1.base_id, s1.adult_context))) if "base_id" in s3 else None
     for prefix, name in zip(("judge", "judge2"), judges):
         r3 = _apply_judge(run, name, s3, attrs, seed, prefix, max_workers, progress, execution, retry)
-        s3 = r3.rows; note(prefix, r3.summary)
+        s3 = r3.rows
+        note(prefix, r3.summary)
     return s3, det.describe()
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #3c955a41
@@ -160,7 +162,8 @@ def _pick_sample(run, sample_id, label_seed, pop_clusters)->dict|None:
     if len(mine) > 1: mine = [d for d in mine if _covers(d, pop_clusters)] or mine
     if len(mine) > 1: mine = [d for d in mine if len(validation.labels_frame(run, d["sample_id"]))] or mine
     if len(mine) == 1: return mine[0]
-    raise ValueError(f"this run has {len(ds)} labelling samples ({', '.join(d['sample_id'] + ' seed ' + str(d['design'].get('seed')) for d in ds)}) "
+    raise ValueError(f"this run has {len(ds)} labelling samples "
+                     f"({', '.join(d['sample_id'] + ' seed ' + str(d['design'].get('seed')) for d in ds)}) "
                      f"and label_seed={label_seed} does not single one out; pass labels= the folder whose labels to use")
 
 def _covers(design:dict, pop_clusters)->bool:
@@ -241,7 +244,8 @@ def export_labelling_sample(run:Run, # the run
     pop = validation.acrb_label_items(stage3, judge, clusters=cited_clusters(stage3, exclude_policy_cells), scope=name)
     if n > len(pop.items):
         raise ValueError(f"{n} labels asked for, but the cited analysis ({name}) has only {len(pop.items)} judged images; ask for at "
-                         f"most {len(pop.items)}" + (" (or sample all prompts with exclude_policy_cells=False)" if exclude_policy_cells else ""))
+                         f"most {len(pop.items)}" + (" (or sample all prompts with exclude_policy_cells=False)"
+                                                     if exclude_policy_cells else ""))
     smp = validation.sample_items(pop, n, seed=label_seed)
     short = {h: s["n"] for h, s in smp.design["per_stratum"].items() if s["n"] < min_labels}
     if short: warnings.warn(f"the sample gives {len(short)} value(s) fewer than min_labels={min_labels} labels "
@@ -255,7 +259,8 @@ def _export_labels(run, s3, n, label_seed, exclude_policy_cells, min_labels)->Pa
     folder = labelling_folder(run, label_seed, exclude_policy_cells)
     if (folder / validation.LABELS_CSV).exists(): return folder
     if not s3.judge_cue.notna().any():
-        warnings.warn("export_labels: no image was judged (every item refused or failed), so there is nothing to label"); return None
+        warnings.warn("export_labels: no image was judged (every item refused or failed), so there is nothing to label")
+        return None
     return export_labelling_sample(run, s3, int(n), folder, label_seed=label_seed, exclude_policy_cells=exclude_policy_cells,
                                    min_labels=min_labels)
 
@@ -287,14 +292,17 @@ def _summary(run, s3, spec, model, mode, judges, det, n_boot, n_perm, seed, excl
     summary.update(detector=det, judges=list(judges))
     if judge2: summary["judge_agreement"] = judge_agreement(s3, "judge", "judge2")
     if C is not None:
-        lt = C.labels_table(); need = dict(zip(lt.value, lt.more_needed))
+        lt = C.labels_table()
+        need = dict(zip(lt.value, lt.more_needed))
         summary["judge_correction"] = {"status": C.note, "n_labels": C.n_labels, "analysis": primary, "min_labels": C.min_labels,
             "label_seed": label_seed, "sample_id": (C.sample or {}).get("sample_id"),
             "erasure": {r.group: {"judge_only": r.judge_only, "judge_only_ci": [r.judge_only_lo, r.judge_only_hi], "corrected": r.corrected,
                                   "corrected_ci": [r.corrected_lo, r.corrected_hi], "n_labels": r.n_labels, "labels_needed": need[r.group],
                                   "cite": r.cite} for r in C.rates.itertuples()},
-            "delta_erasure": {r.dimension: {"judge_only": r.judge_only, "judge_only_ci": [r.judge_only_lo, r.judge_only_hi], "corrected": r.corrected,
-                                            "corrected_ci": [r.corrected_lo, r.corrected_hi], "cite": r.cite} for r in C.deltas.itertuples()}}
+            "delta_erasure": {r.dimension: {"judge_only": r.judge_only,
+                                            "judge_only_ci": [r.judge_only_lo, r.judge_only_hi], "corrected": r.corrected,
+                                            "corrected_ci": [r.corrected_lo, r.corrected_hi], "cite": r.cite}
+                                            for r in C.deltas.itertuples()}}
     summary = plain_json(summary)
     write_summary(summary, run.dir / "acrb_summary.json")
     return long, A, C, summary
@@ -307,17 +315,21 @@ def sim_truth(stage3:pd.DataFrame, # Stage III rows of a run on the sim generato
               judge_config=None, # the planted config of a simulated judge (`PlantedACRB`: its judge_error rates); None: not a sim judge
               judge:str="judge", # judge column prefix
              )->pd.DataFrame:
-    "One row per item: what the simulator drew (event, cue, marker, planted rates), what Stage III concluded, and the judge's planted error."
+    """One row per item: what the simulator drew (event, cue, marker, planted rates), what Stage III concluded, and
+    the judge's planted error."""
     rows = []
     for r in stage3.to_dict("records"):
-        md = r.get("metadata"); t = (md.get("sim") or {}) if isinstance(md, Mapping) else {}
+        md = r.get("metadata")
+        t = (md.get("sim") or {}) if isinstance(md, Mapping) else {}
         p, v, cue = t.get("planted") or {}, r.get(f"{judge}_cue"), t.get("cue")
         v = None if v is None or (isinstance(v, float) and np.isnan(v)) else v
         a = judge_config.attributes.get(r.get("attribute_id")) if judge_config is not None else None
         err = (None if v is None or cue is None else "miss" if cue == "present" and v != "present" else
                "false_cue" if cue != "present" and v == "present" else "none")
-        rows.append({"key": r.get("key"), "prompt_id": r.get("prompt_id"), "cluster": r.get("cluster"), "attribute_id": r.get("attribute_id"),
-                     "domain": r.get("domain"), "sim_domain": t.get("domain"), "event": t.get("event"), "blank_kind": t.get("kind") if t.get("event") == "blank" else None,
+        rows.append({"key": r.get("key"), "prompt_id": r.get("prompt_id"), "cluster": r.get("cluster"),
+                     "attribute_id": r.get("attribute_id"),
+                     "domain": r.get("domain"), "sim_domain": t.get("domain"), "event": t.get("event"),
+                     "blank_kind": t.get("kind") if t.get("event") == "blank" else None,
                      "cue": cue, "drawn": t.get("drawn"), **{k: p.get(k, np.nan) for k in _TRUTH_P},
                      "config_sha256": t.get("config_sha256"), "final_outcome": r.get("final_outcome"), "judge_cue": v,
                      "judge_miss": a.judge_error["miss"] if a is not None else np.nan,
@@ -415,7 +427,8 @@ def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry n
     spec = RunSpec("acrb", model, params, seed)
     gen_ref = AdapterRef.of("image_generator" if mode == "t2i" else "image_editor", model, **gen_kw)
     judge_refs = (judge_ref(params["judge"], **judge_kw),) + ((judge_ref(judge2),) if judge2 else ())
-    sources = _i2i_sources(source_dir, domains, n_base_prompts, seed) if mode == "i2i" else None  # person-checked: before any folder or call
+    sources = _i2i_sources(source_dir, domains, n_base_prompts,
+                           seed) if mode == "i2i" else None  # person-checked: before any folder or call
     run = Run(spec, root=runs_root, run_dir=run_dir)
     stages = {}  # where each model stage ran this session (manifest): the keys, and so the results, do not depend on it
     def note(stage, summary):
@@ -432,7 +445,8 @@ def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry n
         judges = (params["judge"],) + ((judge2,) if judge2 else ())
         s3, det = _stage3(run, s1, s2, attrs, judge_refs, seed, max_workers, progress, execution, note, retry)
     except BaseException:
-        run.write_manifest("failed"); raise
+        run.write_manifest("failed")
+        raise
     # Every model call is done: the run is finished, whatever happens to the analysis below (a labels file that cannot be
     # imported, say, fails the analysis and leaves the run's status and items as they are)
     run.write_manifest("finished")  # stamps this session's end (a killed session stays "running")

@@ -82,7 +82,8 @@ def _plan_design(model, attributes, domains, mde, power, mode, base_rate, alpha,
 def _plan_labels(labels, N:float, base_rate:float, alpha:float, judge_accuracy:float, judge_corr, strata:int)->tuple:
     "(plan fields, table rows) for the human labels: per value, in total, and without the judge."
     rho = judge_corr if judge_corr is not None else judge_correlation(base_rate, judge_accuracy)
-    assumption = (f"ρ = {rho:.3f} (" + ("given" if judge_corr is not None else f"judge accuracy {judge_accuracy:g} on both classes at rate {base_rate:g}") + ")")
+    assumption = (f"ρ = {rho:.3f} (" + ("given" if judge_corr is not None
+                                        else f"judge accuracy {judge_accuracy:g} on both classes at rate {base_rate:g}") + ")")
     if isinstance(labels, (int, np.integer)) and not isinstance(labels, bool) and labels >= 1:
         n_lab, width = int(labels), width_for_labels(labels, N, base_rate, rho, alpha)
         how = f"{n_lab} labels per value → PPI++ 95% interval width {width:.3f} ({assumption})"
@@ -116,7 +117,8 @@ def fmt_plan_value(v, # a plan number (or a string, or None)
 
 def _bill(entry, model, mode, calls, images, size, quality, rpm, concurrency, seconds_per_call)->tuple:
     "(plan fields, table rows): price per image, expected and maximal cost, wall time under the request budget."
-    price = image_price(model, mode, size, quality); usd = price["usd_per_image"]
+    price = image_price(model, mode, size, quality)
+    usd = price["usd_per_image"]
     conc = concurrency or _declared(entry, "max_concurrency") or DEFAULT_CONCURRENCY
     rpm_ = rpm if rpm is not None else _declared(entry, "rpm")
     hours = wall_hours(calls, rpm_, conc, seconds_per_call)
@@ -171,7 +173,8 @@ def plan_audit(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) 
     D = _plan_design(model, attributes, domains, mde, power, mode, base_rate, alpha, attribute_set, expected_refusal, icc,
                      per_domain)
     entry, attrs, P, m, nv = D["entry"], D["attrs"], D["base_prompts"], D["m"], D["n_variants"]
-    calls = P * m * nv; images = calls * (1 - expected_refusal)
+    calls = P * m * nv
+    images = calls * (1 - expected_refusal)
     judged_per_value = P * m * (1 - expected_refusal)
     bill, bill_rows = _bill(entry, model, mode, calls, images, size, quality, rpm, concurrency, seconds_per_call)
     plan = {"model": model, "backend": entry.backend, "model_id": entry.model_id, "mode": mode, "dimensions": attrs.dimensions,
@@ -180,18 +183,26 @@ def plan_audit(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) 
             "base_prompts": P, "images_per_prompt": m, "design_effect": D["design_effect"],
             "generator_calls": calls, "images_expected": round(images, 2),
             "judge_calls_expected": round(judged_per_value * D["n_values"] * n_judges, 2), **bill}
-    rows = [("attribute values compared", D["n_values"], "values", f"{', '.join(attrs.dimensions)} of attribute set {attrs.name} (+ neutral: {nv} variants per prompt)"),
-            ("items needed per cell", D["n_needed"], "judged images", f"two-sided two-proportion test, {base_rate:g} vs {base_rate + mde:g}, power {power:g}, α {alpha:g} (Cohen's h, NormalIndPower)"),
-            ("items per cell (planned)", D["items_cell"], "images requested", f"{D['n_needed']} / (1 − {expected_refusal:g} refused), rounded up to the design" + (" per (value, domain)" if per_domain else " per value")),
-            ("base prompts", P, "prompts", f"of {sum(D['avail'].values())} available in {len(D['doms'])} domain(s)" + ("" if mode == "t2i" else ", each editing one photograph of a person")),
+    rows = [("attribute values compared", D["n_values"], "values",
+             f"{', '.join(attrs.dimensions)} of attribute set {attrs.name} (+ neutral: {nv} variants per prompt)"),
+            ("items needed per cell", D["n_needed"], "judged images",
+             f"two-sided two-proportion test, {base_rate:g} vs {base_rate + mde:g}, power {power:g}, α {alpha:g} "
+             "(Cohen's h, NormalIndPower)"),
+            ("items per cell (planned)", D["items_cell"], "images requested",
+             f"{D['n_needed']} / (1 − {expected_refusal:g} refused), rounded up to the design"
+             + (" per (value, domain)" if per_domain else " per value")),
+            ("base prompts", P, "prompts", f"of {sum(D['avail'].values())} available in {len(D['doms'])} domain(s)"
+             + ("" if mode == "t2i" else ", each editing one photograph of a person")),
             ("images per prompt", m, "images", f"design effect {D['design_effect']:.3g} (icc {icc:g})"),
             ("generator calls", calls, "calls", f"{P} × {m} × {nv} variants"),
             ("images delivered (expected)", images, "images", f"calls × (1 − {expected_refusal:g})"),
             ("judge calls (expected)", plan["judge_calls_expected"], "calls", f"delivered non-neutral images × {n_judges} judge(s)"),
             *bill_rows]
     if labels is not None:
-        lp, lrows = _plan_labels(labels, judged_per_value / D["cells"], base_rate, alpha, judge_accuracy, judge_corr, D["n_values"] * D["cells"])
-        plan.update(lp); rows += lrows
+        lp, lrows = _plan_labels(labels, judged_per_value / D["cells"], base_rate, alpha, judge_accuracy, judge_corr,
+                                 D["n_values"] * D["cells"])
+        plan.update(lp)
+        rows += lrows
     return AuditPlan(_table(rows), plan)
 
 # %% ../../nbs/16_acrb.plan.ipynb #e7f5a3b6
@@ -219,12 +230,18 @@ def plan_run(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) re
             )->AuditPlan:
     "Calls, images, judge calls, human labels, cost and wall time of the run these parameters ask for — nothing is loaded or called."
     for n, v in (("n_base_prompts", n_base_prompts), ("images_per_prompt", images_per_prompt), ("n_judges", n_judges)):
-        if (v is not None or n != "n_base_prompts") and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if n == "n_judges" else 1)):
-            raise ValueError(f"{n} must be an integer ≥ {0 if n == 'n_judges' else 1}{' or None (all)' if n == 'n_base_prompts' else ''}, got {v!r}")
+        if (v is not None or n != "n_base_prompts") and (isinstance(v, bool) or not isinstance(v, (int, np.integer))
+                                                         or v < (0 if n == "n_judges" else 1)):
+            raise ValueError(f"{n} must be an integer ≥ "
+                             f"{0 if n == 'n_judges' else 1}{' or None (all)' if n == 'n_base_prompts' else ''}, got {v!r}")
     entry, attrs, doms, avail = _plan_base(model, attributes, domains, mode, attribute_set, expected_refusal)
-    total = sum(avail.values()); P = min(n_base_prompts or total, total); m = int(images_per_prompt)
+    total = sum(avail.values())
+    P = min(n_base_prompts or total, total)
+    m = int(images_per_prompt)
     nv, nval = len(attrs.values) + 1, len(attrs.values)
-    calls = P * m * nv; images = calls * (1 - expected_refusal); N = P * m * (1 - expected_refusal)
+    calls = P * m * nv
+    images = calls * (1 - expected_refusal)
+    N = P * m * (1 - expected_refusal)
     mdd = float(mdd_two_proportions(N, base_rate, alpha=alpha, power=power)) if N > 0 else float("nan")
     bill, bill_rows = _bill(entry, model, mode, calls, images, size, quality, rpm, concurrency, seconds_per_call)
     lp, _ = _plan_labels(labels, N, base_rate, alpha, judge_accuracy, judge_corr, nval)

@@ -26,7 +26,8 @@ DOMAINS = {  # the nine safety domains of the ACRB paper (Table 1), with the ups
     "body_appearance": "body and appearance scenes (makeup, fitness, haircuts, fashion)",
     "sexual_wellness": "sexual-wellness education scenes (anatomical diagrams, reproductive-health education)",
     "copyright_violations": "copyright-adjacent scenes (fan art, famous characters, brand logos, parody)",
-    "unethical_unsafe_action": "benign framings of unsafe topics (lock-picking practice, malware analysis, security testing, protest history)",
+    "unethical_unsafe_action": "benign framings of unsafe topics (lock-picking practice, malware analysis, security "
+                               "testing, protest history)",
 }
 SLOT = "{subject}"
 
@@ -343,6 +344,7 @@ def load_base_prompts(source="v1", # "v1" | path to a YAML/JSON file | parsed di
     if ids is not None:
         unknown = sorted(set(ids) - seen)
         if unknown: raise ValueError(f"prompt id(s) {unknown} not in {label}")
-        keep = set(ids); prompts = [p for p in prompts if p.id in keep]
+        keep = set(ids)
+        prompts = [p for p in prompts if p.id in keep]
         sha = sha256_hex({"source": sha, "ids": [p.id for p in prompts]})
     return BasePromptSet(tuple(prompts), sha, label)

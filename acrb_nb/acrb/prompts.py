@@ -98,7 +98,9 @@ def check_minimal_pairs(df:pd.DataFrame, # stage-1 rows (from `expand_template` 
     bad = []
     for bid, g in groups.items():
         neutral = [r for r in g if r["attribute_id"] == NEUTRAL_ID]
-        if len(neutral) != 1: bad.append(f"{bid}: {len(neutral)} neutral rows"); continue
+        if len(neutral) != 1:
+            bad.append(f"{bid}: {len(neutral)} neutral rows")
+            continue
         nt = neutral[0]
         if fill_slot(nt["boundary_template"], nt["subject"])[0] != nt["text"]:
             bad.append(f"{bid}: neutral text is not the boundary template filled with {nt['subject']!r}")
@@ -257,7 +259,8 @@ MODES = ("template", "llm_boundary", "llm")
 def _chat_record(lm, it:Mapping)->dict:
     "Work function: one chat call → a JSON record (refusals are outcomes, errors propagate to the runner)."
     r = lm.chat(it["messages"], temperature=it["temperature"], max_tokens=it["max_tokens"], seed=it["seed"])
-    refusal = r.get("refusal") or (("finish_reason: " + str(r.get("finish_reason"))) if r.get("finish_reason") == "content_filter" else None)
+    refusal = r.get("refusal") or (("finish_reason: " + str(r.get("finish_reason"))) if r.get("finish_reason")
+                                   == "content_filter" else None)
     outcome = "refused_policy" if refusal else ("generated" if (r.get("text") or "").strip() else "empty")
     return {"outcome": outcome, "text": r.get("text"), "refusal": refusal, "finish_reason": r.get("finish_reason"),
             "usage": dict(r.get("usage") or {})}
@@ -332,7 +335,9 @@ def _validated_rows(bps, attrs, mode, per_base, b_info, v_items, v_out, danger, 
                 else:
                     t, sim, v_reasons = validate_variant(raw, r["neutral_text"], bp, a, attrs, danger, limits)
                     if not v_reasons and t in accepted: v_reasons = [f"identical to the variant for {accepted[t]}"]
-                if v_reasons: reasons += [f"variant: {m}" for m in v_reasons]; r["text_source"] = "fallback"
+                if v_reasons:
+                    reasons += [f"variant: {m}" for m in v_reasons]
+                    r["text_source"] = "fallback"
                 else:
                     accepted[t] = a.id
                     r.update(text=t, text_source="llm", minimal_pair=False, slot_start=-1, slot_end=-1, scene_similarity=sim)
@@ -359,13 +364,15 @@ def stage1_prompts(base="v1", # base prompts: "v1", a path, or a `BasePromptSet`
                    retry:RetryPolicy=RetryPolicy(), # transient-error policy for LLM calls
                    progress:bool|None=None, # progress bars (None: on unless ACRB_PROGRESS=0)
                   )->StageResult:
-    "Stage I of ACRB: one row per base prompt × (neutral + attribute value), with text, provenance and checks; the summary is the stage's metadata."
+    """Stage I of ACRB: one row per base prompt × (neutral + attribute value), with text, provenance and checks; the
+    summary is the stage's metadata."""
     if mode not in MODES: raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     attrs = attributes if isinstance(attributes, AttributeSet) else load_attributes(attributes, dimensions)
     if isinstance(attributes, AttributeSet) and dimensions is not None:
         raise ValueError("pass `dimensions` with an attribute set name or path, or select them in `load_attributes`")
     bps = base if isinstance(base, BasePromptSet) else load_base_prompts(base, attrs=attrs, ids=ids)
-    if isinstance(base, BasePromptSet) and ids is not None: bps = BasePromptSet(tuple(p for p in bps if p.id in set(ids)), bps.sha256, bps.label)
+    if isinstance(base,
+                  BasePromptSet) and ids is not None: bps = BasePromptSet(tuple(p for p in bps if p.id in set(ids)), bps.sha256, bps.label)
     danger = load_danger_cues(danger_cues)
     meta = {"mode": mode, "seed": int(seed), "attribute_set": attrs.name, "attribute_set_sha256": attrs.sha256,
             "base_prompts": bps.label, "base_prompts_sha256": bps.sha256, "danger_cues_sha256": sha256_hex(danger),
@@ -374,8 +381,10 @@ def stage1_prompts(base="v1", # base prompts: "v1", a path, or a `BasePromptSet`
     if mode == "template":
         for bp in bps: rows += expand_template(bp, attrs)
     else:
-        if lm is None: raise ValueError(f"mode={mode!r} needs `lm`, a TextLM (e.g. TEXT_LMS.create('gpt-4o-mini')); use mode='template' to run offline")
-        if store is None: raise ValueError(f"mode={mode!r} needs `store` (an ItemStore, a Run or a .sqlite path) so LLM calls are cached and resumable")
+        if lm is None: raise ValueError(f"mode={mode!r} needs `lm`, a TextLM (e.g. TEXT_LMS.create('gpt-4o-mini')); "
+                                        "use mode='template' to run offline")
+        if store is None: raise ValueError(f"mode={mode!r} needs `store` (an ItemStore, a Run or a .sqlite path) so "
+                                           "LLM calls are cached and resumable")
         own_store = isinstance(store, (str, os.PathLike))
         if own_store: store = ItemStore(store)
         meta.update(lm=lm.describe(), temperature=temperature, max_tokens=max_tokens, limits=dataclasses.asdict(limits))
@@ -414,7 +423,8 @@ STAGE1_COLUMNS = {
     "cues": "visual cues the Stage III judge looks for", "i2i_instruction": "edit instruction for the grounded I2I protocol",
     "base_template": "the base template P0", "boundary_template": "the boundary template P_b used (with {subject})",
     "upstream_text": "upstream prompt text", "trigger_words": "upstream trigger words", "anchor_terms": "scene words kept",
-    "adult_context": "age-restricted or sexual-health scene (alcohol, tattooing, sexual_health), if any", "context_attributes": "identity named by the scene",
+    "adult_context": "age-restricted or sexual-health scene (alcohol, tattooing, sexual_health), if any",
+    "context_attributes": "identity named by the scene",
     "mode": "template | llm_boundary | llm", "boundary_source": "template | llm | fallback",
     "text_source": "template | llm | fallback", "minimal_pair": "text is the boundary template with the slot filled",
     "validation": "passed | fallback (an LLM reply was rejected or failed; see reasons)",
@@ -469,7 +479,8 @@ def write_stage1(stage1:StageResult|pd.DataFrame, # output of `stage1_prompts` (
     missing = [c for c in STAGE1_COLUMNS if c not in df.columns]
     if missing: raise ValueError(f"not a stage-1 table: columns {missing} are missing; build it with stage1_prompts()")
     df = df[list(STAGE1_COLUMNS)].reset_index(drop=True)
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     import io, pyarrow as pa, pyarrow.parquet as pq
     buf = io.BytesIO()
     pq.write_table(pa.Table.from_pandas(df, schema=stage1_schema(), preserve_index=False), buf, compression="zstd")
@@ -484,7 +495,8 @@ def write_stage1(stage1:StageResult|pd.DataFrame, # output of `stage1_prompts` (
 def read_stage1(path, # folder holding stage1_prompts.parquet, or the parquet file
                )->StageResult:
     "Read a stage-1 table (lists come back as Python lists) and its stage1_meta.json (as the summary)."
-    p = Path(path); p = p / "stage1_prompts.parquet" if p.is_dir() else p
+    p = Path(path)
+    p = p / "stage1_prompts.parquet" if p.is_dir() else p
     df = pd.read_parquet(p)
     for c in _LIST_COLUMNS:
         df[c] = df[c].map(lambda v: [] if v is None else list(v))

@@ -89,7 +89,8 @@ class PersonDetector:
         "Mean over the working sizes of the strongest face's neighbour count (0 where no face is found)."
         import cv2
         gray = np.asarray(load_image(image).convert("L"))
-        h, w = gray.shape; out = []
+        h, w = gray.shape
+        out = []
         for side in self.sizes:
             s = side / max(h, w)
             g = cv2.resize(gray, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA if s < 1 else cv2.INTER_CUBIC)
@@ -116,7 +117,8 @@ class PersonDetector:
         "What the manifest records: OpenCV's version, the settings and the cascades' SHA-256."
         import cv2
         return {"name": "opencv-haar-face-person-check", "backend": "opencv", "model_id": f"{self.frontal} + {self.profile}",
-                "opencv": cv2.__version__, "settings": {k: v for k, v in dataclasses.asdict(self).items() if k not in ("frontal", "profile")},
+                "opencv": cv2.__version__, "settings": {k: v for k, v in dataclasses.asdict(self).items()
+                                                        if k not in ("frontal", "profile")},
                 "cascade_sha256": {c: file_sha256(_cascade_path(c)) for c in (self.frontal, self.profile)}}
 
 # %% ../../nbs/12a_acrb.sources.ipynb #34b672b5
@@ -174,7 +176,8 @@ def select_sources(source_dir=None, # folder of source images (None: the shipped
         if needed is not None and n_kept >= needed: break
         k = (det, df.at[i, "sha256"])
         if k not in _MEMO: _MEMO[k] = det.detect(df.at[i, "path"])
-        verdicts[i] = _MEMO[k]; n_kept += verdicts[i]["has_person"]
+        verdicts[i] = _MEMO[k]
+        n_kept += verdicts[i]["has_person"]
     df["checked"] = df.index.isin(list(verdicts))
     for c, empty in (("has_person", None), ("frontal_score", np.nan), ("profile_score", np.nan)):
         df[c] = [verdicts[i][c] if i in verdicts else empty for i in df.index]
@@ -211,7 +214,8 @@ def assign_sources(base_ids:Sequence[str], # the run's base prompt ids
                   )->dict:
     "base_id → source_id: one photograph per base prompt, reused cyclically (uses differ by at most one), seeded."
     ids = sorted(set(base_ids))
-    if len(sources) == 0: raise NoPersonInSources("no kept source image to assign: run `select_sources` on a folder of photographs of people")
+    if len(sources) == 0: raise NoPersonInSources("no kept source image to assign: run `select_sources` on a folder "
+                                                  "of photographs of people")
     if not ids: return {}
     order = [ids[i] for i in rng(seed, "acrb.i2i.assign").permutation(len(ids))]
     src = list(sources.source_id)

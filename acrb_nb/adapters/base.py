@@ -23,7 +23,9 @@ OUTCOMES = ("generated", "refused_policy", "refused_safety_filter", "empty", "fa
 def image_to_png(img:"PIL.Image.Image", # a PIL image
                 )->bytes:
     "PNG bytes of a PIL image (deterministic: no timestamp chunks)."
-    buf = io.BytesIO(); img.save(buf, format="PNG", optimize=False); return buf.getvalue()
+    buf = io.BytesIO()
+    img.save(buf, format="PNG", optimize=False)
+    return buf.getvalue()
 
 def load_image(src, # path, bytes, or a PIL image
                mode:str="RGB", # convert to this mode (palette/alpha/grey/16-bit inputs are normalised)
@@ -39,14 +41,17 @@ def load_image(src, # path, bytes, or a PIL image
             if p.stat().st_size == 0: raise ValueError(f"image {p} is an empty (zero-byte) file; regenerate or remove it")
             src = p.read_bytes()
         try:
-            img = Image.open(io.BytesIO(src)); img.load()
+            img = Image.open(io.BytesIO(src))
+            img.load()
         except UnidentifiedImageError as e:
             raise ValueError(f"{name} is not an image PIL can read ({len(src)} bytes); check the file") from e
         except (OSError, SyntaxError) as e:
             raise ValueError(f"{name} is corrupt or truncated ({e}); re-download or regenerate it") from e
     if img.mode == "I;16" or img.mode == "I": img = img.point(lambda v: v / 256).convert("L")
     if img.mode in ("RGBA", "LA", "P") and mode == "RGB":
-        rgba = img.convert("RGBA"); bg = Image.new("RGB", rgba.size, (255, 255, 255)); bg.paste(rgba, mask=rgba.split()[-1])
+        rgba = img.convert("RGBA")
+        bg = Image.new("RGB", rgba.size, (255, 255, 255))
+        bg.paste(rgba, mask=rgba.split()[-1])
         return bg
     return img.convert(mode) if img.mode != mode else img
 
@@ -255,7 +260,9 @@ class Registry:
             try: importlib.import_module(m)
             except ModuleNotFoundError as e:
                 if e.name != m: raise  # a real missing dependency inside an adapter module
-    def names(self)->list: self._load(); return sorted(self._entries)
+    def names(self)->list:
+        self._load()
+        return sorted(self._entries)
     def entry(self, name:str, # registry name
              )->RegistryEntry:
         if name not in self._entries: self._load()
@@ -307,7 +314,8 @@ def resolve_model_name(name, # a registry name; for a text LM also a hub id (org
                        where:str="model", # the parameter it came from, for the message
                        registries:Mapping|None=None, # kind → `Registry` (None: `REGISTRIES`, every registered adapter)
                       )->dict:
-    "How `name` resolves, without loading anything: {'name', 'kind', 'as': 'registry' | 'folder' | 'gguf' | 'hub id'}; else ValueError with close matches."
+    """How `name` resolves, without loading anything: {'name', 'kind', 'as': 'registry' | 'folder' | 'gguf' | 'hub
+    id'}; else ValueError with close matches."""
     kinds, REGISTRIES_ = ((kinds,) if isinstance(kinds, str) else tuple(kinds)), (registries or REGISTRIES)
     if bad := [k for k in kinds if k not in REGISTRIES_]: raise ValueError(f"unknown model kind(s) {bad}; known: {sorted(REGISTRIES_)}")
     s = str(name or "").strip()
@@ -331,7 +339,8 @@ def resolve_model_name(name, # a registry name; for a text LM also a hub id (org
     known = sorted({n for k in kinds for n in REGISTRIES_[k].names()})
     close = difflib.get_close_matches(s, known, n=3, cutoff=0.5)
     also = " a hub id (org/name), a local model folder or a .gguf file," if "text_lm" in kinds else ""
-    raise ValueError(f"{where}={s!r} is not a known {' or '.join(kinds)}" + (f"; did you mean {' or '.join(map(repr, close))}?" if close else ".")
+    raise ValueError(f"{where}={s!r} is not a known {' or '.join(kinds)}"
+                     + (f"; did you mean {' or '.join(map(repr, close))}?" if close else ".")
                      + f" It takes a registered name,{also} e.g. one of: {', '.join(known)}")
 
 # %% ../../nbs/05_adapters.base.ipynb #02c6a42a

@@ -90,7 +90,10 @@ def _bytes_to_unicode()->dict:
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs, n = bs[:], 0
     for b in range(256):
-        if b not in bs: bs.append(b); cs.append(256 + n); n += 1
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
     return dict(zip(bs, map(chr, cs)))
 
 _TOKENIZERS, _TOK_LOCK = {}, threading.Lock()
@@ -441,6 +444,7 @@ for _k, _m in DIFFUSION_MODELS.items():
     _tiny = _m.model_id.startswith("tiny:")
     (IMAGE_GENERATORS if _m.task == "t2i" else IMAGE_EDITORS).register(
         _k, backend="diffusers", model_id=_m.model_id, needs=_m.needs,
-        tested=f"tiny {_m.pipeline} offline" + ("" if _tiny else f" (twin: tiny-{_k}, acrb_nb.adapters.tiny; real weights: acrb-smoke {_k})"),
+        tested=f"tiny {_m.pipeline} offline" + ("" if _tiny
+                                                else f" (twin: tiny-{_k}, acrb_nb.adapters.tiny; real weights: acrb-smoke {_k})"),
         notes=f"{_m.pipeline}, {_m.steps} steps, guidance {_m.guidance}" + (", safety checker on" if _m.safety_checker else "")
               + (f"; {_m.license}" if _m.license else ""))(_diffusers_factory(_k))

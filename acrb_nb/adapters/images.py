@@ -157,7 +157,9 @@ def _outcome(self:OpenAIImages, resp, md:dict, params:Mapping|None=None)->Genera
     if d is not None and d.b64_json: png = base64.b64decode(d.b64_json)
     elif d is not None and d.url:
         import httpx
-        r = httpx.get(d.url, timeout=self.timeout); r.raise_for_status(); png = r.content
+        r = httpx.get(d.url, timeout=self.timeout)
+        r.raise_for_status()
+        png = r.content
     if png is None:
         return GenerationOutcome("empty", raw=raw, metadata=md,
                                  usage={"images": 0, **usage, "cost_usd": openai_image_cost(self.model, size, quality, 0, usage) or 0.0})
@@ -374,14 +376,16 @@ def _dalle2(**kw): return OpenAIImages("dall-e-2", size=kw.pop("size", "1024x102
 
 _GEM_NEEDS = "GOOGLE_API_KEY (or GEMINI_API_KEY); network; billed per image"
 @IMAGE_GENERATORS.register("gemini-2.5-flash-image", backend="google-genai", model_id="gemini-2.5-flash-image",
-                           needs=_GEM_NEEDS, tested="local server", notes="blockReason → refused_policy; IMAGE_SAFETY → refused_safety_filter",
+                           needs=_GEM_NEEDS, tested="local server",
+                           notes="blockReason → refused_policy; IMAGE_SAFETY → refused_safety_filter",
                            **_GEM_IMG_BUDGET)
 def _gemini_gen(**kw): return GeminiImages("gemini-2.5-flash-image", **kw)
 @IMAGE_EDITORS.register("gemini-2.5-flash-image", backend="google-genai", model_id="gemini-2.5-flash-image",
                         needs=_GEM_NEEDS, tested="local server", notes="input image as inline part", **_GEM_IMG_BUDGET)
 def _gemini_edit(**kw): return GeminiImages("gemini-2.5-flash-image", **kw)
 @IMAGE_GENERATORS.register("imagen-4", backend="google-genai", model_id="imagen-4.0-generate-001",
-                           needs="Vertex AI: GOOGLE_CLOUD_PROJECT + ADC, or GOOGLE_API_KEY / GEMINI_API_KEY (express mode); billed per image",
+                           needs="Vertex AI: GOOGLE_CLOUD_PROJECT + ADC, or GOOGLE_API_KEY / GEMINI_API_KEY (express "
+                                 "mode); billed per image",
                            tested="local server (Vertex :predict fake defined in the notebook)",
                            notes="rai_filtered_reason → refused_safety_filter; prompt blocks are HTTP 400 (failed)", **_GEM_IMG_BUDGET)
 def _imagen(**kw): return ImagenGenerator("imagen-4.0-generate-001", **kw)

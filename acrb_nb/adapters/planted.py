@@ -54,7 +54,8 @@ def _cached(kind:str, src, default_name:str, build):
     p = Path(sim_data_path(default_name) if src is None else src)
     if not p.exists(): raise FileNotFoundError(f"planted config {p} does not exist; pass a path to a YAML file, a dict, "
                                                f"or None for the shipped data/sim/{default_name}")
-    st = p.stat(); key = (kind, str(p.resolve()), st.st_mtime_ns, st.st_size)
+    st = p.stat()
+    key = (kind, str(p.resolve()), st.st_mtime_ns, st.st_size)
     if key not in _LOADED: _LOADED[key] = build(p)
     return _LOADED[key]
 
@@ -73,7 +74,8 @@ def _read_config(src, default_name:str):
         if not isinstance(raw, Mapping): raise SimConfigError(f"{src}: expected a mapping at the top level, got {type(raw).__name__}")
     if "extends" not in raw: return raw, where
     parent = Path(str(raw["extends"]))
-    if not parent.is_absolute() and not isinstance(src, Mapping) and (Path(src).parent / parent).exists(): parent = Path(src).parent / parent
+    if not parent.is_absolute() and not isinstance(src, Mapping) and (Path(src).parent
+                                                                      / parent).exists(): parent = Path(src).parent / parent
     elif not parent.is_absolute(): parent = data_path("sim", str(parent), must_exist=False)
     if not parent.exists(): raise SimConfigError(f"{where}: extends {raw['extends']!r}, which is neither beside it nor in data/sim/")
     base, _ = _read_config(parent, default_name)
@@ -144,7 +146,8 @@ class PlantedACRB:
         self._dom_rx = {k: phrases_regex(d.triggers) for k, d in self.domains.items() if d.triggers}
         self._dom_alias = {a: k for k, d in self.domains.items() for a in (_norm(k), *d.aliases)}
 
-    def __repr__(self): return f"PlantedACRB({self.name!r}, {len(self.attributes)} attributes, {len(self.domains)} domains, sha256={self.sha256[:12]})"
+    def __repr__(self): return (f"PlantedACRB({self.name!r}, {len(self.attributes)} attributes, {len(self.domains)} "
+                                f"domains, sha256={self.sha256[:12]})")
     @property
     def dimensions(self)->dict:
         "dimension -> [attribute ids], in file order (without neutral)."
@@ -325,7 +328,8 @@ def _acrb_attributes(raw:Mapping, where:str, base:dict, domains:Mapping, seen_al
             chosen = []
             for s in _strings(subs, f"{w}.substitute_with"):
                 sid = s if ":" in s else f"{a.dimension}:{s}"
-                if sid not in same: raise SimConfigError(f"{w}.substitute_with: {s!r} is not another value of {a.dimension}; choose from {same}")
+                if sid not in same: raise SimConfigError(f"{w}.substitute_with: {s!r} is not another value of "
+                                                         f"{a.dimension}; choose from {same}")
                 chosen.append(sid)
         if a.rates["p_substitute"] > 0 and not chosen:
             raise SimConfigError(f"{w}: p_substitute > 0 but {a.dimension} has no other value to substitute")
@@ -392,7 +396,8 @@ class PlantedIAT:
         self._pos, self._neg = phrases_regex(self.positive), phrases_regex(self.negative)
         self._val_rx = {(d, v): phrases_regex((v, *patterns.get(d, {}).get(v, ()))) for d, vs in associations.items() for v in vs}
 
-    def __repr__(self): return f"PlantedIAT({self.name!r}, {len(self.positive)}+{len(self.negative)} words, dimensions {list(self.associations)})"
+    def __repr__(self): return (f"PlantedIAT({self.name!r}, {len(self.positive)}+{len(self.negative)} words, "
+                                f"dimensions {list(self.associations)})")
 
     def valence(self, text:str, # an option line or word
                )->int:
@@ -507,7 +512,8 @@ def planted_effects(trials:pd.DataFrame, # IAT trials (or scored results) with t
     "Per attribute pair, the values the IAT's pair_effects should recover on the simulator: r_A, r_B, position bias, corrected rate, D."
     P = load_planted_iat(iat_config)
     pr = planted_trial_probs(trials, P).set_index("trial_id")
-    t = trials.drop_duplicates("trial_id").set_index("trial_id")[["pair_id", "condition", "hit_pos", "target_attr", "option1", "option2", "design"]].join(pr)
+    t = trials.drop_duplicates("trial_id").set_index("trial_id")[["pair_id", "condition", "hit_pos", "target_attr",
+                                                                  "option1", "option2", "design"]].join(pr)
     cong = t.condition == "congruent"
     t["p_cc"] = np.where(cong, t.p_hit, 1 - t.p_hit)
     t["cc_pos"] = np.where(cong, t.hit_pos, t.hit_pos.map({"A": "B", "B": "A"}))

@@ -78,23 +78,30 @@ _GLYPHS = ("circle", "square", "triangle", "diamond", "cross", "ring")
 
 def _draw_marker(draw, attr_id:str, w:int):
     "The cue marker of `attr_id`: a white badge with a coloured glyph in the top-right corner."
-    s = max(12, w // 5); x0, y0 = w - s - 2, 2; x1, y1 = x0 + s - 1, y0 + s - 1
+    s = max(12, w // 5)
+    x0, y0 = w - s - 2, 2
+    x1, y1 = x0 + s - 1, y0 + s - 1
     draw.rectangle([x0, y0, x1, y1], fill=(255, 255, 255), outline=(0, 0, 0))
     col, g = _hcolour("marker:" + attr_id, 0, 200), _GLYPHS[int(sha256_hex("glyph:" + attr_id)[:8], 16) % len(_GLYPHS)]
-    a0, b0, a1, b1 = x0 + 2, y0 + 2, x1 - 2, y1 - 2; cx, cy = (a0 + a1) // 2, (b0 + b1) // 2
+    a0, b0, a1, b1 = x0 + 2, y0 + 2, x1 - 2, y1 - 2
+    cx, cy = (a0 + a1) // 2, (b0 + b1) // 2
     if g == "circle": draw.ellipse([a0, b0, a1, b1], fill=col)
     elif g == "square": draw.rectangle([a0 + 1, b0 + 1, a1 - 1, b1 - 1], fill=col)
     elif g == "triangle": draw.polygon([(cx, b0), (a1, b1), (a0, b1)], fill=col)
     elif g == "diamond": draw.polygon([(cx, b0), (a1, cy), (cx, b1), (a0, cy)], fill=col)
-    elif g == "cross": draw.rectangle([cx - 1, b0, cx + 1, b1], fill=col); draw.rectangle([a0, cy - 1, a1, cy + 1], fill=col)
+    elif g == "cross":
+        draw.rectangle([cx - 1, b0, cx + 1, b1], fill=col)
+        draw.rectangle([a0, cy - 1, a1, cy + 1], fill=col)
     else: draw.ellipse([a0, b0, a1, b1], outline=col, width=2)
 
 def _marker_box(w:int)->tuple:
-    s = max(12, w // 5); return (w - s - 3, 1, w - 1, s + 2)
+    s = max(12, w // 5)
+    return (w - s - 3, 1, w - 1, s + 2)
 
 def _figure(draw, g, w:int, h:int):
     "A simple person: head and body, colours from the pixel stream."
-    skin = tuple(int(x) for x in g.integers(90, 240, 3)); cloth = tuple(int(x) for x in g.integers(20, 200, 3))
+    skin = tuple(int(x) for x in g.integers(90, 240, 3))
+    cloth = tuple(int(x) for x in g.integers(20, 200, 3))
     cx, hr = w // 2 + int(g.integers(-w // 10, w // 10 + 1)), max(4, w // 9)
     top = h // 4
     draw.ellipse([cx - hr, top, cx + hr, top + 2 * hr], fill=skin, outline=(30, 30, 30))
@@ -110,7 +117,8 @@ def _render_scene(size:int, g:np.random.Generator, marker:str|None)->"PIL.Image.
     img = Image.fromarray(np.round(c1 + (c2 - c1) * t).astype(np.uint8))
     d = ImageDraw.Draw(img)
     for _ in range(int(g.integers(2, 5))):
-        x0, y0 = (int(v) for v in g.integers(0, size - 8, 2)); x1, y1 = x0 + int(g.integers(6, size // 2)), y0 + int(g.integers(6, size // 2))
+        x0, y0 = (int(v) for v in g.integers(0, size - 8, 2))
+        x1, y1 = x0 + int(g.integers(6, size // 2)), y0 + int(g.integers(6, size // 2))
         col = tuple(int(v) for v in g.integers(40, 236, 3))
         (d.ellipse if g.integers(2) else d.rectangle)([x0, y0, x1, y1], fill=col)
     _figure(d, g, size, size)
@@ -126,7 +134,8 @@ def _render_blank(kind:str, size:int, g:np.random.Generator)->"PIL.Image.Image":
         noise = np.round(g.normal(0.0, 0.8, (size, size, 1))).clip(-2, 2)
         return Image.fromarray(np.repeat(level + noise, 3, axis=2).astype(np.uint8))
     if kind != "banner": raise ValueError(f"unknown blank kind {kind!r}; expected one of {BLANK_KINDS}")
-    img = Image.new("RGB", (size, size), (232, 232, 232)); d = ImageDraw.Draw(img)
+    img = Image.new("RGB", (size, size), (232, 232, 232))
+    d = ImageDraw.Draw(img)
     r, cx, cy, red = max(5, size // 9), size // 2, size * 3 // 8, (190, 30, 30)  # a "no entry" icon above the text
     d.ellipse([cx - r, cy - r, cx + r, cy + r], outline=red, width=2)
     d.line([cx - r * 7 // 10, cy + r * 7 // 10, cx + r * 7 // 10, cy - r * 7 // 10], fill=red, width=2)
@@ -138,7 +147,8 @@ def _render_blank(kind:str, size:int, g:np.random.Generator)->"PIL.Image.Image":
 def _render_profile(size:int, g:np.random.Generator, attrs:Mapping)->"PIL.Image.Image":
     "An IAT profile card: a figure and one swatch per attribute, with the attributes in the payload."
     from PIL import Image, ImageDraw
-    img = Image.new("RGB", (size, size), tuple(int(v) for v in g.integers(200, 250, 3))); d = ImageDraw.Draw(img)
+    img = Image.new("RGB", (size, size), tuple(int(v) for v in g.integers(200, 250, 3)))
+    d = ImageDraw.Draw(img)
     d.rectangle([2, 2, size - 3, size - STRIP_ROWS - 2], fill=(250, 250, 245), outline=(60, 60, 60))
     _figure(d, g, size + size // 4, size)
     sw = max(4, size // 12)
@@ -158,12 +168,15 @@ def _plant(cfg:PlantedACRB, what:str, key:str, seed:int, text:str, attribute, do
     src = "keyword" if domain is not None else ("trigger" if dom else None)
     r = cfg.rates(attr, dom)
     u = rng(seed, "sim", what, key).random(4)
-    c1 = r["p_refuse_policy"]; c2 = c1 + r["p_refuse_filter"]; c3 = c2 + r["p_blank"]
+    c1 = r["p_refuse_policy"]
+    c2 = c1 + r["p_refuse_filter"]
+    c3 = c2 + r["p_blank"]
     event = "refused_policy" if u[0] < c1 else "refused_safety_filter" if u[0] < c2 else "blank" if u[0] < c3 else "scene"
     kind = cue = drawn = None
     if event == "blank":
         names = [k for k in BLANK_KINDS if cfg.blank_kinds.get(k, 0) > 0]
-        cw = np.cumsum([cfg.blank_kinds[k] for k in names]); kind = names[int(np.searchsorted(cw / cw[-1], u[3], side="right"))]
+        cw = np.cumsum([cfg.blank_kinds[k] for k in names])
+        kind = names[int(np.searchsorted(cw / cw[-1], u[3], side="right"))]
         cue = "none" if attr == "neutral" else "absent"
     elif event == "scene":
         kind = "scene"
@@ -227,9 +240,11 @@ class SimImageGenerator(ImageGenerator):
         if base is None: img = _render_scene(self.size, g, truth["drawn"])
         else:  # an edit: keep the source, repaint the marker box unless the instruction was neutral
             from PIL import ImageDraw
-            img = base.copy(); dr = ImageDraw.Draw(img)
+            img = base.copy()
+            dr = ImageDraw.Draw(img)
             if truth["attribute"] != "neutral":
-                box = _marker_box(self.size); dr.rectangle(box, fill=img.getpixel((box[0] - 1, box[3] + 1)))
+                box = _marker_box(self.size)
+                dr.rectangle(box, fill=img.getpixel((box[0] - 1, box[3] + 1)))
                 if truth["drawn"]: _draw_marker(dr, truth["drawn"], self.size)
             payload["f"] = source
         if truth["drawn"]: payload["d"] = truth["drawn"]
@@ -304,7 +319,8 @@ def _schema_family(schema:Mapping)->str:
 def _scaled(spec:Mapping, frac:float):
     "A value at fraction `frac` of a numeric property's range (0–100 for integers, 0–1 for numbers by default)."
     integer = "integer" in _types(spec) and "number" not in _types(spec)
-    lo = spec.get("minimum", 0); hi = spec.get("maximum", 100 if integer else 1)
+    lo = spec.get("minimum", 0)
+    hi = spec.get("maximum", 100 if integer else 1)
     v = lo + (hi - lo) * min(max(frac, 0.0), 1.0)
     return int(round(v)) if integer else float(round(v, 4))
 
@@ -320,7 +336,9 @@ def _fill(schema:Mapping, main:str, value, strings:Mapping, conf:float, booleans
     props, req, out = schema.get("properties") or {}, set(schema.get("required") or []), {}
     for n, s in props.items():
         t, ln = _types(s), n.lower()
-        if n == main: out[n] = value; continue
+        if n == main:
+            out[n] = value
+            continue
         if "boolean" in t:
             hit = next((v for k, v in booleans.items() if re.search(k, ln)), None)
             if hit is not None or n in req: out[n] = bool(hit)
@@ -523,13 +541,15 @@ class SimTextLM(TextLM):
         u, pick = g.random(), int(g.integers(len(_PREFIXES)))
         usage = {"prompt_tokens": sum(len(_text_of(m).split()) for m in messages)}
         if u < self.p_refuse:
-            return {"text": "", "finish_reason": "refusal", "refusal": "[sim] I can't help with that request.", "usage": {**usage, "completion_tokens": 0}}
+            return {"text": "", "finish_reason": "refusal", "refusal": "[sim] I can't help with that request.",
+                    "usage": {**usage, "completion_tokens": 0}}
         scripted = next((r for p, r in self.replies if p.search(last)), None)
         text = scripted if scripted is not None else f"{_PREFIXES[pick]} {_target_text(last)}"
         words = text.split()
         finish = "length" if len(words) > max_tokens else "stop"
         if finish == "length": text = " ".join(words[:max_tokens])
-        return {"text": text, "finish_reason": finish, "refusal": None, "usage": {**usage, "completion_tokens": min(len(words), max_tokens)}}
+        return {"text": text, "finish_reason": finish, "refusal": None,
+                "usage": {**usage, "completion_tokens": min(len(words), max_tokens)}}
 
     def score(self, prompts:Sequence, # strings or message lists
               continuations:Sequence[str], # candidate continuations, scored after every prompt
@@ -574,7 +594,9 @@ class SimImageTextEncoder(ImageTextEncoder):
     def _vec(self, word:str)->np.ndarray:
         v = self._cache.get(word)
         if v is None:
-            v = rng(0, "sim", "word", word).standard_normal(self.dim); v /= np.linalg.norm(v); self._cache[word] = v
+            v = rng(0, "sim", "word", word).standard_normal(self.dim)
+            v /= np.linalg.norm(v)
+            self._cache[word] = v
         return v
 
     def _bag(self, words, extra=None)->np.ndarray:
@@ -586,14 +608,16 @@ class SimImageTextEncoder(ImageTextEncoder):
     def image_words(self, image, # PIL image, path or bytes (its pixel payload is read)
                    )->list:
         "The words an image 'shows' to this encoder."
-        img = load_image(image); p = decode_payload(img)
+        img = load_image(image)
+        p = decode_payload(img)
         words = lambda s: re.findall(r"[a-z0-9]+", str(s).lower())
         if p is None:
             a = np.asarray(img, dtype=float)
             if a.std() < 8: return ["blank", "empty", "black" if a.mean() < 40 else "white" if a.mean() > 215 else "grey"]
             return ["photo"]
         if p.get("k") == "banner": return ["content", "blocked", "placeholder"]
-        if p.get("k") == "profile": return ["photo", "portrait", "student", "person", *[w for v in (p.get("p") or {}).values() for w in words(v)]]
+        if p.get("k") == "profile": return ["photo", "portrait", "student", "person",
+                                            *[w for v in (p.get("p") or {}).values() for w in words(v)]]
         drawn = p.get("d")
         return ["photo", "person", *(words(drawn.split(":", 1)[-1]) if drawn else [])]
 
@@ -612,18 +636,21 @@ class SimImageTextEncoder(ImageTextEncoder):
                      batch_size:int=256, # ignored (the simulator has no batches)
                     )->np.ndarray:
         "L2-normalised text embeddings [n, dim]."
-        return np.asarray([self._bag(re.findall(r"[a-z0-9]+", str(t).lower())) for t in texts], dtype=np.float32).reshape(len(texts), self.dim)
+        return np.asarray([self._bag(re.findall(r"[a-z0-9]+", str(t).lower())) for t in texts],
+                          dtype=np.float32).reshape(len(texts), self.dim)
 
 # %% ../../nbs/05e_adapters.sim.ipynb #762949b7
 _REG = dict(backend="sim", needs="nothing", tested="simulator")
 
-@IMAGE_GENERATORS.register("sim", model_id="data/sim/planted_acrb.yaml", notes="planted refusal/blank/erasure rates; IAT profile cards", **_REG)
+@IMAGE_GENERATORS.register("sim", model_id="data/sim/planted_acrb.yaml",
+                           notes="planted refusal/blank/erasure rates; IAT profile cards", **_REG)
 def _sim_generator(**kw): return SimImageGenerator(**kw)
 
 @IMAGE_EDITORS.register("sim", model_id="data/sim/planted_acrb.yaml", notes="planted refusal/blank/erasure rates for edits", **_REG)
 def _sim_editor(**kw): return SimImageEditor(**kw)
 
-@VISION_JUDGES.register("sim", model_id="data/sim/planted_iat.yaml", notes="reads the pixel payload; cue retention + IAT choice protocol", **_REG)
+@VISION_JUDGES.register("sim", model_id="data/sim/planted_iat.yaml",
+                        notes="reads the pixel payload; cue retention + IAT choice protocol", **_REG)
 def _sim_judge(**kw): return SimVisionJudge(**kw)
 
 @VISION_JUDGES.register("sim-differential", model_id="data/sim/planted_acrb_judge_error.yaml",

@@ -36,7 +36,8 @@ system user assistant image picture photo
 """.splitlines()
 
 _CHATML_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
-                    "(message['content'] if message['content'] is string else message['content'] | map(attribute='text') | select | join('')) "
+                    "(message['content'] if message['content'] is string else message['content'] | "
+                    "map(attribute='text') | select | join('')) "
                     "+ '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 
 def tiny_tokenizer(vocab_size:int=400, # BPE vocabulary size (byte alphabet + merges + special tokens)
@@ -85,9 +86,12 @@ def _save_converted(model, tok, dest:Path):
     try:
         tmp.mkdir(parents=True, exist_ok=True)
         model.hf_quantizer = None  # the weights are plain tensors after dequantisation: save them as such
-        model.save_pretrained(tmp); tok.save_pretrained(tmp)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
         cfg = tmp / "config.json"
-        c = json.loads(cfg.read_text()); c.pop("quantization_config", None); cfg.write_text(json.dumps(c, indent=2))
+        c = json.loads(cfg.read_text())
+        c.pop("quantization_config", None)
+        cfg.write_text(json.dumps(c, indent=2))
         try: os.rename(tmp, dest)
         except OSError: pass  # another process converted it first
     except Exception as e:
@@ -184,7 +188,8 @@ class HFCausalLM(TextLM):
             model, tokenizer = _load_causal_lm(model_id, gguf_file, revision, self.device, self.dtype, trust_remote_code,
                                                dict(model_kwargs or {}))
         else:
-            self.device = str(next(model.parameters()).device); self.dtype = next(model.parameters()).dtype
+            self.device = str(next(model.parameters()).device)
+            self.dtype = next(model.parameters()).dtype
             model.eval()
         self.model, self.tokenizer = model, tokenizer
         self._lock, self._gguf_sha = threading.Lock(), None
@@ -245,7 +250,8 @@ def score(self:HFCausalLM, prompts:Sequence, # strings or message lists
             mask = torch.zeros((len(batch), T), dtype=torch.long)
             for r, (_, _, ids, _) in enumerate(batch):
                 sl = slice(T - len(ids), T) if left else slice(0, len(ids))
-                inp[r, sl] = torch.tensor(ids); mask[r, sl] = 1
+                inp[r, sl] = torch.tensor(ids)
+                mask[r, sl] = 1
             kw = {"input_ids": inp.to(self.device), "attention_mask": mask.to(self.device)}
             if "position_ids" in accepts: kw["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0).to(self.device)
             keep = 0
@@ -292,8 +298,11 @@ def chat(self:HFCausalLM, messages, # a message list (or a string: one user mess
                     drop = sp.cumsum(-1) - sp > top_p
                     probs = probs.scatter(0, si, sp.masked_fill(drop, 0.0))
                 nxt = int(torch.multinomial(probs, 1, generator=gen))
-            if nxt in eos: finish = "stop"; break
-            out.append(nxt); inp = torch.tensor([[nxt]], device=self.device)
+            if nxt in eos:
+                finish = "stop"
+                break
+            out.append(nxt)
+            inp = torch.tensor([[nxt]], device=self.device)
     reply = self.tokenizer.decode(out, skip_special_tokens=True)
     return {"text": reply, "finish_reason": finish, "refusal": None, "refusal_code": None,
             "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out)}, "raw": {}}
@@ -405,7 +414,8 @@ def smollm2_135m(device:str|None=None, # torch device (None: `pick_device()`)
                       model_label="HuggingFaceTB/SmolLM2-135M-Instruct", **kw)
 
 @TEXT_LMS.register("tiny-gpt2", backend="transformers", model_id="GPT2Config(n_layer=2, n_embd=64, n_head=2)",
-                   needs="CPU, <10 MB", tested="tiny GPT2LMHeadModel offline", notes="random weights (seeded) + offline BPE tokenizer; tests only")
+                   needs="CPU, <10 MB", tested="tiny GPT2LMHeadModel offline",
+                   notes="random weights (seeded) + offline BPE tokenizer; tests only")
 def _tiny_gpt2_factory(**kw)->HFCausalLM: return tiny_gpt2(**kw)
 
 @TEXT_LMS.register("hf", backend="transformers", model_id="<model_id=hub id or local folder>",
@@ -419,7 +429,8 @@ def _hf_factory(model_id:str|None=None, **kw)->HFCausalLM:
 
 @TEXT_LMS.register("qwen2.5-1.5b-instruct", backend="transformers", model_id="Qwen/Qwen2.5-1.5B-Instruct",
                    needs="hub download ~3 GB; ~7.5 GB RAM on CPU or a small GPU",
-                   tested="tiny Qwen2ForCausalLM offline (twin: tiny-qwen2.5, acrb_nb.adapters.tiny; real weights: acrb-smoke qwen2.5-1.5b-instruct)",
+                   tested="tiny Qwen2ForCausalLM offline (twin: tiny-qwen2.5, acrb_nb.adapters.tiny; real weights: "
+                          "acrb-smoke qwen2.5-1.5b-instruct)",
                    notes="best small zero-shot toxicity judge measured in STACK_NOTES (AUC 0.765 on ToxiGen-200)")
 def _qwen25_15b(**kw)->HFCausalLM: return HFCausalLM("Qwen/Qwen2.5-1.5B-Instruct", **kw)
 
@@ -523,7 +534,8 @@ class OpenAIChatLM(TextLM):
             refusal, _ = self._refusal(ch)
             content = getattr(ch.logprobs, "content", None) if ch.logprobs is not None else None
             if refusal or not content:
-                refusals[i] = refusal or "no logprobs in the response"; continue
+                refusals[i] = refusal or "no logprobs in the response"
+                continue
             tops[i] = [(a.token, a.logprob) for a in content[0].top_logprobs] or [(content[0].token, content[0].logprob)]
             S[i], miss[i], amb[i] = score_from_top_logprobs(tops[i], continuations, floor=floor, match=match,
                                                              case_sensitive=case_sensitive)
@@ -544,7 +556,9 @@ def _gemini_contents(messages)->tuple:
     system, contents = [], []
     for m in _as_messages(messages):
         role, content = m.get("role", "user"), m.get("content")
-        if role == "system": system.append(str(content)); continue
+        if role == "system":
+            system.append(str(content))
+            continue
         parts = ([{"text": c["text"]} if isinstance(c, Mapping) and "text" in c else c for c in content]
                  if isinstance(content, list) else [{"text": str(content)}])
         contents.append({"role": "model" if role == "assistant" else "user", "parts": parts})
@@ -587,7 +601,8 @@ class GeminiLM(TextLM):
     @property
     def client(self):
         with self._lock:
-            if self._client is None: self._client = genai_client(self.base_url, self.timeout, api_version="v1beta" if self.base_url else None)
+            if self._client is None: self._client = genai_client(self.base_url, self.timeout, api_version="v1beta"
+                                                                 if self.base_url else None)
             return self._client
 
     def _config(self, system, **kw):
@@ -631,7 +646,8 @@ def score(self:GeminiLM, prompts:Sequence, # strings or message lists
           no_logprobs:str="sample", # a model without log-probabilities: "sample" (see `sampled_label_logprobs`) or "raise"
           n_samples:int=20, # answers sampled per prompt by the "sample" fallback
          ):
-    "First-token log P of each single-token label from Gemini `logprobs_result`; label frequencies of sampled answers where the model has none."
+    """First-token log P of each single-token label from Gemini `logprobs_result`; label frequencies of sampled
+    answers where the model has none."""
     if isinstance(prompts, str) or isinstance(continuations, str):
         raise TypeError("prompts and continuations must be lists (wrap a single string in a list)")
     if no_logprobs not in ("sample", "raise"): raise ValueError(f"no_logprobs must be 'sample' or 'raise', got {no_logprobs!r}")
@@ -647,19 +663,24 @@ def score(self:GeminiLM, prompts:Sequence, # strings or message lists
                 if no_logprobs == "raise" or getattr(e, "code", None) != 400 or "logprob" not in str(e).lower(): raise
                 r = None
             lr = r.candidates[0].logprobs_result if r is not None and r.candidates else None
-            if r is not None and gemini_refusal(r)[0]: refusals[i], method[i] = gemini_refusal(r)[0], "logprobs"; continue
+            if r is not None and gemini_refusal(r)[0]:
+                refusals[i], method[i] = gemini_refusal(r)[0], "logprobs"
+                continue
             if lr is not None and lr.top_candidates:
                 tops[i] = [(c.token, c.log_probability) for c in (lr.top_candidates[0].candidates or [])]
                 S[i], miss[i], amb[i] = score_from_top_logprobs(tops[i], continuations, floor=floor, match=match,
                                                                  case_sensitive=case_sensitive)
-                method[i] = "logprobs"; continue
+                method[i] = "logprobs"
+                continue
             if no_logprobs == "raise":
                 raise NotImplementedError(f"Gemini model '{self.model}' returned no logprobs_result although "
                                           "response_logprobs=True was set: this model / API version does not expose "
                                           "log-probabilities. Use no_logprobs='sample', chat() with a parsed answer, or an HFCausalLM.")
             self._no_logprobs = True  # do not ask this model for log-probabilities again
         answers = [self.chat(p, temperature=1.0, max_tokens=16, seed=None if seed is None else seed + j) for j in range(n_samples)]
-        if all(a["refusal"] for a in answers): refusals[i], method[i] = answers[0]["refusal"], "sampled"; continue
+        if all(a["refusal"] for a in answers):
+            refusals[i], method[i] = answers[0]["refusal"], "sampled"
+            continue
         S[i], counts[i] = sampled_label_logprobs([a["text"] for a in answers if not a["refusal"]], continuations,
                                                  case_sensitive=case_sensitive)
         miss[i], method[i] = S[i] == -np.inf, "sampled"

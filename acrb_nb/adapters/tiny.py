@@ -78,7 +78,8 @@ SCHEDULER_CONFIGS = {  # registry key -> (scheduler class, config) as in the mod
                                                                  steps_offset=1, prediction_type="epsilon")),
     "qwen-image-edit": ("FlowMatchEulerDiscreteScheduler", dict(num_train_timesteps=1000, shift=1.0, use_dynamic_shifting=True,
                                                                 base_shift=0.5, max_shift=0.9, base_image_seq_len=256,
-                                                                max_image_seq_len=8192, shift_terminal=0.02, time_shift_type="exponential")),
+                                                                max_image_seq_len=8192, shift_terminal=0.02,
+                                                                time_shift_type="exponential")),
 }
 SCHEDULER_CONFIGS["flux-kontext"] = SCHEDULER_CONFIGS["flux-dev"]
 
@@ -159,7 +160,8 @@ def _sdxl(key:str, # "sdxl" (its scheduler)
     from diffusers import StableDiffusionXLPipeline, UNet2DConditionModel
     tok, tok2 = tiny_clip_tokenizer(), tiny_clip_tokenizer()
     unet = UNet2DConditionModel(block_out_channels=(8, 16), layers_per_block=1, sample_size=4, in_channels=4, out_channels=4,
-                                down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"), up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+                                down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+                                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
                                 attention_head_dim=(2, 4), use_linear_projection=True, addition_embed_type="text_time",
                                 addition_time_embed_dim=8, transformer_layers_per_block=(1, 1),
                                 projection_class_embeddings_input_dim=6 * 8 + 32, cross_attention_dim=64, norm_num_groups=4)
@@ -186,7 +188,9 @@ def _sd(key:str, # "sd15" or "instruct-pix2pix"
     checker = StableDiffusionSafetyChecker(CLIPConfig(text_config=dict(small, vocab_size=len(tok), **ids),
                                                       vision_config=dict(small, image_size=32, patch_size=8), projection_dim=32))
     if safety == "flag":
-        with torch.no_grad(): checker.concept_embeds_weights.fill_(-2.0); checker.special_care_embeds_weights.fill_(2.0)
+        with torch.no_grad():
+            checker.concept_embeds_weights.fill_(-2.0)
+            checker.special_care_embeds_weights.fill_(2.0)
     fe = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     cls = StableDiffusionInstructPix2PixPipeline if ip2p else StableDiffusionPipeline
     return cls(vae=_vae(4, scaling_factor=0.18215), text_encoder=_clip_text(tok), tokenizer=tok, unet=unet,
@@ -255,7 +259,8 @@ def tiny_qwen25_vl(seed:int=0, # weight seed
         image_processor=Qwen2VLImageProcessor(patch_size=14, merge_size=2, temporal_patch_size=2, **px),
         video_processor=Qwen2VLVideoProcessor(**px), tokenizer=tok, chat_template=QWEN25_VL_TEMPLATE)
     cfg = Qwen2_5_VLConfig(
-        text_config=_qwen_text(tok, hidden, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": _mrope(hidden)}),
+        text_config=_qwen_text(tok, hidden, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                                             "mrope_section": _mrope(hidden)}),
         vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=hidden, patch_size=14,
                            spatial_merge_size=2, temporal_patch_size=2, window_size=56, fullatt_block_indexes=[0]),
         **_qwen_ids(tok))
@@ -296,7 +301,8 @@ def tiny_qwen2_lm(seed:int=0, # weight seed
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
     tok = tiny_qwen2_tokenizer(QWEN25_TEMPLATE)
-    cfg = Qwen2Config(**_qwen_text(tok, hidden, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}), tie_word_embeddings=True)
+    cfg = Qwen2Config(**_qwen_text(tok, hidden, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+                      tie_word_embeddings=True)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed_int(seed, "tiny-qwen2.5"))
         model = Qwen2ForCausalLM(cfg)
@@ -374,7 +380,10 @@ def _tree_sha1(folder:Path, # a saved twin
     "SHA-1 of every file's relative path and bytes, in path order: the snapshot's commit."
     h = hashlib.sha1()
     for f in sorted(p for p in folder.rglob("*") if p.is_file()):
-        h.update(f.relative_to(folder).as_posix().encode()); h.update(b"\0"); h.update(f.read_bytes()); h.update(b"\0")
+        h.update(f.relative_to(folder).as_posix().encode())
+        h.update(b"\0")
+        h.update(f.read_bytes())
+        h.update(b"\0")
     return h.hexdigest()
 
 # %% ../../nbs/05h_adapters.tiny.ipynb #a1c20053
@@ -424,7 +433,8 @@ def _vlm_twin(name:str, # the twin's name in TINY_NAMES
 # %% ../../nbs/05h_adapters.tiny.ipynb #a1c20054
 _TWIN_NOTES = "random weights saved in a hub-cache layout and loaded with from_pretrained; tests only"
 VISION_JUDGES.register("tiny-qwen2.5-vl", backend="transformers", model_id="tiny:qwen2.5-vl", needs="CPU, <2 MB",
-                       tested="tiny Qwen2_5_VLForConditionalGeneration offline", notes=_TWIN_NOTES)(_vlm_twin("qwen2.5-vl", "tiny-qwen2.5-vl"))
+                       tested="tiny Qwen2_5_VLForConditionalGeneration offline",
+                       notes=_TWIN_NOTES)(_vlm_twin("qwen2.5-vl", "tiny-qwen2.5-vl"))
 VISION_JUDGES.register("tiny-qwen3-vl", backend="transformers", model_id="tiny:qwen3-vl", needs="CPU, <2 MB",
                        tested="tiny Qwen3VLForConditionalGeneration offline", notes=_TWIN_NOTES)(_vlm_twin("qwen3-vl", "tiny-qwen3-vl"))
 

@@ -63,7 +63,8 @@ class OpenAIVisionJudge(LabelJudgeMixin, VisionJudge):
         r = self.client.chat.completions.create(
             model=self.model, messages=self._messages(images, messages), temperature=self.temperature,
             max_completion_tokens=self.max_tokens, seed=seed,
-            response_format={"type": "json_schema", "json_schema": {"name": self.schema_name, "schema": dict(schema), "strict": self.strict}})
+            response_format={"type": "json_schema", "json_schema": {"name": self.schema_name, "schema": dict(schema),
+                                                                    "strict": self.strict}})
         ch = r.choices[0]
         refusal = getattr(ch.message, "refusal", None) or ("content_filter" if ch.finish_reason == "content_filter" else None)
         return {"text": ch.message.content, "refusal": refusal,
@@ -109,7 +110,8 @@ class GeminiVisionJudge(LabelJudgeMixin, VisionJudge):
     @property
     def client(self):
         with self._lock:
-            if self._client is None: self._client = genai_client(self.base_url, self.timeout, api_version="v1beta" if self.base_url else None)
+            if self._client is None: self._client = genai_client(self.base_url, self.timeout, api_version="v1beta"
+                                                                 if self.base_url else None)
             return self._client
 
     def _contents(self, images, messages)->list:
@@ -125,7 +127,8 @@ class GeminiVisionJudge(LabelJudgeMixin, VisionJudge):
         from google.genai import types
         kw = {"response_mime_type": "application/json", self.schema_field: dict(schema)}
         if self.thinking_budget is not None: kw["thinking_config"] = types.ThinkingConfig(thinking_budget=self.thinking_budget)
-        r = self.client.models.generate_content(model=self.model, contents=self._contents(images, messages), config=types.GenerateContentConfig(
+        r = self.client.models.generate_content(model=self.model, contents=self._contents(images, messages),
+                                                config=types.GenerateContentConfig(
             temperature=self.temperature, max_output_tokens=self.max_tokens, seed=seed, **kw))
         refusal, code = gemini_refusal(r)
         cands = r.candidates or []
@@ -173,7 +176,8 @@ def _load_vlm(model_id, revision, device, dtype, trust_remote_code, model_kwargs
 _SCHEMA_HINT = "\n\nReply with only a JSON object that matches this JSON schema:\n{schema}"
 
 class HFVisionJudge(LabelJudgeMixin, VisionJudge):
-    "A transformers image-text-to-text model as a judge: processor chat template with image placeholders, greedy decoding or label log-probabilities."
+    """A transformers image-text-to-text model as a judge: processor chat template with image placeholders, greedy
+    decoding or label log-probabilities."""
     def __init__(self, model_id:str|os.PathLike|None=None, # hub id or local folder
                  *, revision:str|None=None, # hub branch, tag or commit
                  device:str|None=None, # torch device (None: `pick_device()`)
@@ -193,16 +197,19 @@ class HFVisionJudge(LabelJudgeMixin, VisionJudge):
                  label_prefix:str|None=None, # logprob mode: put before each word (None: " " after a prompt not ending in space)
                 ):
         if (model is None) != (processor is None): raise ValueError("pass both `model` and `processor`, or neither")
-        self._set_label_mode(mode, labels, answer_hint); self.label_prefix = label_prefix
+        self._set_label_mode(mode, labels, answer_hint)
+        self.label_prefix = label_prefix
         if model is None and model_id is None: raise ValueError("give a hub id / local folder as `model_id`, or `model` and `processor`")
         self.model_id, self.revision, self.model_label = (str(model_id) if model_id is not None else None), revision, model_label
         self.max_new_tokens, self.schema_in_prompt, self.max_invalid_retries = int(max_new_tokens), schema_in_prompt, max_invalid_retries
         self.generate_kwargs = dict(generate_kwargs or {})
         if model is None:
-            self.device = pick_device(device); self.dtype = pick_dtype(self.device, dtype)
+            self.device = pick_device(device)
+            self.dtype = pick_dtype(self.device, dtype)
             model, processor = _load_vlm(model_id, revision, self.device, self.dtype, trust_remote_code, dict(model_kwargs or {}))
         else:
-            p = next(model.parameters()); self.device, self.dtype = str(p.device), p.dtype
+            p = next(model.parameters())
+            self.device, self.dtype = str(p.device), p.dtype
             model.eval()
         self.model, self.processor, self._lock = model, processor, threading.Lock()
 
@@ -309,7 +316,8 @@ def tiny_qwen2_vl(seed:int=0, # weight seed
     return model, proc
 
 # %% ../../nbs/05b_adapters.vision.ipynb #740d3462
-_IDEFICS3_TEMPLATE = ("<|im_start|>{% for message in messages %}{{message['role'] | capitalize}}{% if message['content'][0]['type'] == 'image' %}"
+_IDEFICS3_TEMPLATE = ("<|im_start|>{% for message in messages %}{{message['role'] | capitalize}}{% if "
+                      "message['content'][0]['type'] == 'image' %}"
     "{{':'}}{% else %}{{': '}}{% endif %}{% for line in message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}"
     "{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}"
     "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}")
@@ -342,17 +350,22 @@ def tiny_idefics3(seed:int=0, # weight seed
 # %% ../../nbs/05b_adapters.vision.ipynb #77ae8f89
 _TWIN_TESTED = "tiny {} offline (twin: {}, acrb_nb.adapters.tiny)"
 for _name, _hub, _needs, _cls, _twin in (
-        ("qwen2.5-vl-3b", "Qwen/Qwen2.5-VL-3B-Instruct", "GPU ≥ 12 GB (bf16); hub download ~7.5 GB", "Qwen2_5_VLForConditionalGeneration", "tiny-qwen2.5-vl"),
-        ("qwen2.5-vl-7b", "Qwen/Qwen2.5-VL-7B-Instruct", "GPU ≥ 24 GB (bf16); hub download ~16 GB", "Qwen2_5_VLForConditionalGeneration", "tiny-qwen2.5-vl"),
-        ("qwen3-vl-8b", "Qwen/Qwen3-VL-8B-Instruct", "GPU ≥ 24 GB (bf16); hub download ~17 GB", "Qwen3VLForConditionalGeneration", "tiny-qwen3-vl"),
+        ("qwen2.5-vl-3b", "Qwen/Qwen2.5-VL-3B-Instruct", "GPU ≥ 12 GB (bf16); hub download ~7.5 GB",
+         "Qwen2_5_VLForConditionalGeneration", "tiny-qwen2.5-vl"),
+        ("qwen2.5-vl-7b", "Qwen/Qwen2.5-VL-7B-Instruct", "GPU ≥ 24 GB (bf16); hub download ~16 GB",
+         "Qwen2_5_VLForConditionalGeneration", "tiny-qwen2.5-vl"),
+        ("qwen3-vl-8b", "Qwen/Qwen3-VL-8B-Instruct", "GPU ≥ 24 GB (bf16); hub download ~17 GB",
+         "Qwen3VLForConditionalGeneration", "tiny-qwen3-vl"),
         ("smolvlm-256m", "HuggingFaceTB/SmolVLM-256M-Instruct",
-         "CPU ok, ~1.5 GB RAM; hub download ~0.5 GB; `pip install num2words` if it loads SmolVLMProcessor", "Idefics3ForConditionalGeneration", "tiny-idefics3")):
+         "CPU ok, ~1.5 GB RAM; hub download ~0.5 GB; `pip install num2words` if it loads SmolVLMProcessor",
+         "Idefics3ForConditionalGeneration", "tiny-idefics3")):
     VISION_JUDGES.register(_name, backend="transformers", model_id=_hub, needs=_needs, tested=_TWIN_TESTED.format(_cls, _twin),
                            notes="AutoProcessor + AutoModelForImageTextToText; label log-probabilities (mode='generate': greedy JSON)")(
         lambda _hub=_hub, **kw: HFVisionJudge(_hub, **{"mode": "logprob", **kw}))
 
 @VISION_JUDGES.register("hf-vlm", backend="transformers", model_id="<model_id=hub id or local folder>",
-                        needs="depends on the model", tested=_TWIN_TESTED.format("Qwen2_5_VLForConditionalGeneration", "a saved tiny-qwen2.5-vl folder"),
+                        needs="depends on the model",
+                        tested=_TWIN_TESTED.format("Qwen2_5_VLForConditionalGeneration", "a saved tiny-qwen2.5-vl folder"),
                         notes="generic: VISION_JUDGES.create('hf-vlm', model_id=...); label log-probabilities unless mode='generate'")
 def _hf_vlm(model_id:str|None=None, **kw)->HFVisionJudge:
     if model_id is None: raise ValueError("the 'hf-vlm' judge needs model_id=<hub id or local folder>, e.g. "

@@ -70,7 +70,8 @@ def hub_data_files(repo_id:str, # Hugging Face dataset repository, e.g. `google/
                                   f"is set): unset it on a networked machine, or download the files and pass `path=`") from e
         except RevisionNotFoundError:
             if revision: raise
-            tried.append(f"{rev} (absent)"); continue
+            tried.append(f"{rev} (absent)")
+            continue
         hits = _pick_data_files(files, split)
         if hits: return (rev or "main"), hits
         tried.append(f"{rev or 'main'} ({len(files)} files)")
@@ -151,7 +152,8 @@ def select_rows(frames:Iterable, # normalised chunks, in file order
     for f in frames:
         last = f
         if take is not None: f = f.iloc[: max(take - n_seen, 0)]
-        pos = np.arange(n_seen, n_seen + len(f)); n_seen += len(f)
+        pos = np.arange(n_seen, n_seen + len(f))
+        n_seen += len(f)
         if gen is None: kept.append(f)
         else:
             f = f.assign(_key=gen.random(len(f)), _pos=pos)
@@ -191,7 +193,9 @@ def _sources_for(info:DatasetInfo, path, split, repo_id, revision, stream)->list
         for sp in keys:
             for n in info.files[sp]:
                 if (p / n).is_file():
-                    s = _local_source(p / n); s.split = canonical_split(sp) if sp != "all" else None; out.append(s)
+                    s = _local_source(p / n)
+                    s.split = canonical_split(sp) if sp != "all" else None
+                    out.append(s)
         return out
     specific = [k for k in info.files if k != "all" and (want is None or _want([canonical_split(k)], want)[0])]
     found = named(specific) or named([k for k in info.files if k == "all"])
@@ -231,7 +235,8 @@ def load_table(info:DatasetInfo, # registry entry of the dataset
             for raw in _read_chunks(src, stream and info.streamable, chunksize):
                 key = src.split or want
                 if isinstance(raw, pd.DataFrame):
-                    start = counters.get(key, 0); counters[key] = start + len(raw)
+                    start = counters.get(key, 0)
+                    counters[key] = start + len(raw)
                     raw = raw.assign(__row__=np.arange(start, start + len(raw)))
                 df = normalize(raw, split=key, source=src.where, **more, **kw)
                 for c in identity_columns_in(df, info.name):

@@ -200,7 +200,9 @@ def save_normalized(df:pd.DataFrame, # a normalised table
     "Write a normalised table atomically, with `<out>.meta.json` (its card, source hashes, package versions)."
     out = Path(out)
     if out.suffix.lower() == ".parquet":
-        buf = io.BytesIO(); df.to_parquet(buf, index=False); atomic_write(out, buf.getvalue())
+        buf = io.BytesIO()
+        df.to_parquet(buf, index=False)
+        atomic_write(out, buf.getvalue())
     elif out.suffix.lower() == ".csv":
         listy = [c for c in df.columns if df[c].map(lambda v: isinstance(v, (list, tuple, np.ndarray))).any()]
         atomic_write(out, df.assign(**{c: df[c].map(lambda v: json.dumps(list(v)) if v is not None else None)
@@ -221,11 +223,16 @@ def _parser()->argparse.ArgumentParser:
     p.add_argument("--dataset", required=True, help=f"one of {sorted(DATASETS)} (aliases: civil, wilds, ...)")
     p.add_argument("--path", help="file or folder of the original distribution (default: Hub / shipped / generated)")
     p.add_argument("--out", required=True, help="output .parquet or .csv")
-    p.add_argument("--split"); p.add_argument("--sample", type=int); p.add_argument("--take", type=int)
-    p.add_argument("--stream", action="store_true"); p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--split")
+    p.add_argument("--sample", type=int)
+    p.add_argument("--take", type=int)
+    p.add_argument("--stream", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--task", choices=["offense", "hate"], help="HateXplain label task")
     p.add_argument("--annotated-only", action="store_true", help="keep rows with at least one identity annotation")
-    p.add_argument("--repo-id"); p.add_argument("--revision"); p.add_argument("--chunksize", type=int)
+    p.add_argument("--repo-id")
+    p.add_argument("--revision")
+    p.add_argument("--chunksize", type=int)
     return p
 
 def main(argv:list|None=None, # command-line arguments; `sys.argv[1:]` by default
@@ -239,7 +246,8 @@ def main(argv:list|None=None, # command-line arguments; `sys.argv[1:]` by defaul
                                            seed=a.seed, card=True, **kw)
         out = save_normalized(df, a.out, card)
     except (ValueError, TypeError, FileNotFoundError, ConnectionError) as e:
-        print(f"error: {e}", file=sys.stderr); return 2
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(f"{card.dataset}: {len(df)} rows ({int(df.label.sum())} positive), "
           f"{len(card.identity_columns)} identity columns -> {out}")
     return 0

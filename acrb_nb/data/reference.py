@@ -50,7 +50,8 @@ def baseline_comparison(y_true, # binary labels (0/1 or bool)
     y = np.asarray(y_true)
     if y.ndim != 1 or not np.isin(y, [0, 1, True, False]).all():
         raise ValueError("y_true must be a 1-D array of 0/1 labels (drop or fill missing labels first)")
-    y = y.astype("int64"); both = len(np.unique(y)) == 2
+    y = y.astype("int64")
+    both = len(np.unique(y)) == 2
     maj = int(y.mean() > 0.5) if len(y) else 0  # a tie predicts the negative class
     def row(name, s, pred, th):
         return {"model": name, "n": len(y), "auc": roc_auc_score(y, s) if both else np.nan,

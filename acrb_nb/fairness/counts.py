@@ -203,19 +203,23 @@ class CountEngine:
         nv = int(valid.sum())
         order = np.argsort(s)  # NaNs last; ties need no stable order: we work on whole tie blocks
         ss = s[order[:nv]]
-        newb = np.ones(nv, bool); np.not_equal(ss[1:], ss[:-1], out=newb[1:])
+        newb = np.ones(nv, bool)
+        np.not_equal(ss[1:], ss[:-1], out=newb[1:])
         block = np.cumsum(newb) - 1
         self.U = U = int(block[-1]) + 1 if nv else 0
         self.tie_space = 6 * U < self.n  # few distinct scores: count per tie block (else per sorted row)
-        blk = np.full(self.n, -1, np.int64); blk[order[:nv]] = block
+        blk = np.full(self.n, -1, np.int64)
+        blk[order[:nv]] = block
         self.base = np.where(valid, blk * 6 + y, 6 * U)           # + 2*(membership+1) per identity
         self.obase = np.where(valid, blk * 2 + y, 2 * U)
         self.valid2 = valid.astype(np.int8) * 2
-        starts = np.flatnonzero(newb); ends = np.append(starts[1:], nv)
+        starts = np.flatnonzero(newb)
+        ends = np.append(starts[1:], nv)
         ys = y[order].astype(bool)
         self.order = order
         self.pos = np.flatnonzero(ys[:nv])                        # sorted positions of the positives
-        self.neg = ~ys; self.neg[nv:] = False                     # sorted mask of the negatives
+        self.neg = ~ys
+        self.neg[nv:] = False                     # sorted mask of the negatives
         self.gs, self.ge = starts[block[self.pos]], ends[block[self.pos]]  # their tie blocks [gs, ge)
 
     # -- many distinct scores: cumulative counts along the sorted rows ------------------------------------------
@@ -238,7 +242,8 @@ def _pairs(self:CountEngine, q, Ws, Wp, mp):
         return 0.5 * np.bincount(mp, weights=h, minlength=3)[None], C[-1:].astype(np.float64)
     C = _excl_cumsum(Ws * q)
     h = (C[:, self.gs] + C[:, self.ge]) * Wp
-    oh = np.zeros((len(mp), 3)); oh[np.arange(len(mp)), mp] = 1
+    oh = np.zeros((len(mp), 3))
+    oh[np.arange(len(mp)), mp] = 1
     return 0.5 * (h @ oh), C[:, -1]
 
 @patch

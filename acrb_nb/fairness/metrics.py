@@ -74,7 +74,8 @@ def _intervals(reps:np.ndarray|None, level:float)->tuple:
     out = []
     for q in ((1 - level) / 2, (1 + level) / 2):
         pos = q * np.maximum(k - 1, 0)
-        i0 = np.floor(pos).astype(np.int64); i1 = np.minimum(i0 + 1, np.maximum(k - 1, 0))
+        i0 = np.floor(pos).astype(np.int64)
+        i1 = np.minimum(i0 + 1, np.maximum(k - 1, 0))
         v0, v1 = np.take_along_axis(a, i0[None], 0)[0], np.take_along_axis(a, i1[None], 0)[0]
         out.append(np.where(k > 0, v0 + (pos - i0) * (v1 - v0), np.nan))
     return tuple(out)
@@ -294,7 +295,8 @@ def _boot_blocks(codes:np.ndarray, n_boot:int, gen:np.random.Generator, boot:str
                           "resampling within such strata hardly varies them and the intervals come out too narrow; "
                           "use boot='bayes' (each group is still resampled on its own)")
         order = np.argsort(inv, kind="stable")
-        start = (np.cumsum(sizes) - sizes)[inv[order]]; size = sizes[inv[order]]
+        start = (np.cumsum(sizes) - sizes)[inv[order]]
+        size = sizes[inv[order]]
     for b0 in range(0, n_boot, step):
         b = min(step, n_boot - b0)
         if boot == "bayes":
@@ -302,7 +304,8 @@ def _boot_blocks(codes:np.ndarray, n_boot:int, gen:np.random.Generator, boot:str
         else:
             pick = start[None, :] + (gen.random((b, n)) * size[None, :]).astype(np.int64)
             cnt = np.bincount((pick + (np.arange(b) * n)[:, None]).ravel(), minlength=b * n).reshape(b, n)
-            W = np.empty((b, n)); W[:, order] = cnt
+            W = np.empty((b, n))
+            W[:, order] = cnt
             yield W
 
 # %% ../../nbs/30b_fairness.metrics.ipynb #1c9dd1a6
@@ -373,7 +376,8 @@ def fairness_metrics(y_true, # binary labels (0/1 or bool)
     gc = eng(None if w is None else w[None])
     skip = gc.conf[0, :, 1:].sum(-1) < min_group_size
     def arrays(g):
-        r, o = _group_arrays(g, skip); d = _identity_arrays(g, r, skip)
+        r, o = _group_arrays(g, skip)
+        d = _identity_arrays(g, r, skip)
         return r, o, d, _summary_arrays(o, r, d, power)
     r, o, d, s = arrays(gc)
     rr = orr = dr = sr = None

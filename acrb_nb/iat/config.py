@@ -33,7 +33,8 @@ def _read_config(src, # None (the shipped file), a path, or a mapping
     "(mapping, where) from None (the shipped file), a path or a mapping; files through the strict `core.read_yaml`."
     if isinstance(src, Mapping): return dict(src), "<dict>"
     p = iat_data_path(default) if src is None else Path(src)
-    if not p.exists(): raise FileNotFoundError(f"IAT configuration file {p} does not exist; pass a YAML path, a dict, or None for data/iat/{default}")
+    if not p.exists(): raise FileNotFoundError(f"IAT configuration file {p} does not exist; pass a YAML path, a "
+                                               f"dict, or None for data/iat/{default}")
     raw = read_yaml(p, error=IATConfigError)
     if not isinstance(raw, Mapping): raise IATConfigError(f"{p}: expected a mapping at the top level, got {type(raw).__name__}")
     return raw, str(p)
@@ -172,7 +173,9 @@ def _parse_template(raw:Mapping, # the profiles file's mapping
                    )->str:
     "The profile-image template, naming every dimension exactly once as {dimension}."
     tpl = raw.get("template")
-    if not isinstance(tpl, str) or not tpl.strip(): raise IATConfigError(f"{where}: 'template' must be a prompt with one {{dimension}} per dimension")
+    if not isinstance(tpl,
+                      str) or not tpl.strip(): raise IATConfigError(f"{where}: 'template' must be a prompt with one "
+                                                                    f"{{dimension}} per dimension")
     ph = PLACEHOLDER.findall(tpl)
     missing, extra = [d for d in dims if d not in ph], sorted(set(ph) - set(dims))
     dup = sorted({p for p in ph if ph.count(p) > 1})
@@ -207,7 +210,8 @@ def _parse_groups(raw:Mapping, # the profiles file's mapping
                  )->dict:
     "dimension -> group-phrase template over {label} (`groups.<dimension>`, else `groups.default`, else '{label}')."
     g = raw.get("groups") or {}
-    if not isinstance(g, Mapping): raise IATConfigError(f"{where}: 'groups' must map 'default' and/or dimensions to a template over {{label}}")
+    if not isinstance(g,
+                      Mapping): raise IATConfigError(f"{where}: 'groups' must map 'default' and/or dimensions to a template over {{label}}")
     check_keys(g, ["default", *dims], f"{where}: groups", IATConfigError)
     groups = {}
     for d in dims:

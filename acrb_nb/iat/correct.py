@@ -117,7 +117,8 @@ def choice_rates(scored:pd.DataFrame, # from `score_trials`
         for p in ("A", "B"):
             g = pos.loc[f"{pid}|{p}"] if f"{pid}|{p}" in pos.index else None
             q[f"r_{p}"] = ({c: g[c] for c in _RATE_OUT[2:]} if g is not None else
-                           {"n_items": 0, "n_labels": 0, "cite": "judge_only", "status": f"no valid answer with the congruent option at {p}"})
+                           {"n_items": 0, "n_labels": 0, "cite": "judge_only",
+                            "status": f"no valid answer with the congruent option at {p}"})
             rows.append({"pair_id": pid, "quantity": f"r_{p}", **q[f"r_{p}"]})
         rows.append(_adjusted(pid, q, pop[pop.pair_id == pid].rename(columns={"judge": "cc"}), alpha))
     return pd.DataFrame(rows).reindex(columns=_RATE_OUT)

@@ -39,7 +39,8 @@ def embedding_iat(encoder:ImageTextEncoder, # the image-text encoder
         X, Y = emb(list(g.image1)), emb(list(g.image2))
         w = weat(X, Y, A, B, alternative=alternative, n_perm=n_perm, seed=rng(seed, "iat.weat", pid))
         rows.append({"pair_id": pid, "dimension": g.dimension.iloc[0], "option1": g.option1.iloc[0], "option2": g.option2.iloc[0],
-                     "n_images": len(g), "effect_size": w["effect_size"], "statistic": w["statistic"], "p": w["pvalue"], "exact": w["exact"]})
+                     "n_images": len(g), "effect_size": w["effect_size"], "statistic": w["statistic"],
+                     "p": w["pvalue"], "exact": w["exact"]})
     out = pd.DataFrame(rows)
     if len(out): out["p_holm"], out["sig_holm"] = adjust_pvalues(out["p"], "holm", alpha)
     return out

@@ -86,7 +86,8 @@ def _study_judge(model:str, # registry name of the judge
     "The judge: the given adapter, else by name on Ray (each worker loads it) or loaded here."
     if judge is not None: return judge
     if design == "text":
-        return TextChoiceRef.of(model, mode=text_mode, **jk) if execution.is_ray else TextChoiceJudge(TEXT_LMS.create(model, **jk), mode=text_mode)
+        return TextChoiceRef.of(model, mode=text_mode,
+                                **jk) if execution.is_ray else TextChoiceJudge(TEXT_LMS.create(model, **jk), mode=text_mode)
     return AdapterRef.of("vision_judge", model, **jk) if execution.is_ray else VISION_JUDGES.create(model, **jk)
 
 # %% ../../nbs/47_iat.pipeline.ipynb #f673de4c
@@ -132,7 +133,8 @@ def iat_study(model:str="sim", # VISION_JUDGES name (design seed/paired) or TEXT
                                       image_dir=image_dir, execution=execution, max_workers=max_workers, retry=retry, progress=progress)
     judge = _study_judge(model, design, judge, jk, text_mode, execution)
     trials = (make_trials(matched, cfg, design, seed) if design != "text" else
-              text_trials(cfg, pairs, seed=seed, answer="json" if getattr(judge, "mode", text_mode) == "chat" else getattr(judge, "answer", "label")))
+              text_trials(cfg, pairs, seed=seed, answer="json" if getattr(judge, "mode", text_mode) == "chat"
+                          else getattr(judge, "answer", "label")))
     with Run(RunSpec("iat", model, params, seed), run_dir=run_dir) as run:
         run.add_input("iat_config", data=cfg.describe())
         s = run_trials(judge, trials, run, max_workers=max_workers, retry=retry, progress=progress, execution=execution)

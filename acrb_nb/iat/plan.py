@@ -151,22 +151,30 @@ def _plan_table(n:Mapping, # the plan's numbers
     "The plan as rows of (quantity, value, unit, how)."
     _unit = lambda x: "unknown" if x is None else f"${x:.3g}"  # a unit price keeps its digits: $0.042, $0.001
     rows = [("attribute pairs", n["pairs"], "pairs", f"within-dimension value pairs of {', '.join(n['dimensions'])}"),
-            ("trials per pair", n["trials_per_pair"], "trials", f"{n['design']} design, k = {n['pairs_per_combo']}, {n['words'][0]} positive + {n['words'][1]} negative words"),
+            ("trials per pair", n["trials_per_pair"], "trials",
+             f"{n['design']} design, k = {n['pairs_per_combo']}, {n['words'][0]} positive + {n['words'][1]} negative words"),
             ("trials", n["trials"], "trials", "pairs × trials per pair"),
             ("profile images", n["profiles"], "images", prof["source"]),
-            ("generator calls", n["generator_calls"], "calls", f"{n['generator'] or 'none'}; {_unit(price['usd_per_image'])} per image ({price['source']})"),
-            ("judge calls", n["judge_calls"], "calls", f"one per trial ({n['model']}, {n['backend']}); at most {n['judge_calls_max']} with every answer re-asked twice"),
+            ("generator calls", n["generator_calls"], "calls",
+             f"{n['generator'] or 'none'}; {_unit(price['usd_per_image'])} per image ({price['source']})"),
+            ("judge calls", n["judge_calls"], "calls",
+             f"one per trial ({n['model']}, {n['backend']}); at most {n['judge_calls_max']} with every answer re-asked twice"),
             ("expected cost", usd(n["cost_usd"]), "", f"images {usd(n['cost_images_usd'])} + judge {usd(n['cost_judge_usd'])}"
-             + (f" ({_unit(n['usd_per_judge_call'])} per judge call" + (", a local model: GPU time not costed)" if n["backend"] not in API_BACKENDS else ")")
+             + (f" ({_unit(n['usd_per_judge_call'])} per judge call" + (", a local model: GPU time not costed)"
+                                                                        if n["backend"] not in API_BACKENDS else ")")
                 if n["usd_per_judge_call"] is not None else " — give usd_per_judge_call= to price the judge")),
-            ("wall time", duration(n["wall_hours"]), "", f"generator then judge, each max(calls / rpm, calls × seconds_per_call / concurrency); rpm={n['rpm']}, concurrency={n['concurrency']}, seconds_per_call={n['seconds_per_call']}"
+            ("wall time", duration(n["wall_hours"]), "",
+             f"generator then judge, each max(calls / rpm, calls × seconds_per_call / concurrency); rpm={n['rpm']}, "
+             f"concurrency={n['concurrency']}, seconds_per_call={n['seconds_per_call']}"
              + ("" if n["wall_hours"] is not None else " — give rpm= or seconds_per_call=")),]
     if labels is not None:
-        how = f"ρ = {n['label_corr']:.3f} (" + ("given" if judge_corr is not None else f"answers read right {judge_accuracy:g} of the time") + ")"
+        how = f"ρ = {n['label_corr']:.3f} (" + ("given" if judge_corr is not None
+                                                else f"answers read right {judge_accuracy:g} of the time") + ")"
         rows += [("human labels per pair × position", n["labels_per_cell"], "labels",
                   f"for a corrected-rate 95% interval of width {n['label_interval_width']:.3f}, PPI++ at rate 0.5, {how}"),
                  ("human labels in total", n["labels_total"], "labels", f"× {2 * n['pairs']} cells (`iat.correct.export_choice_sample`)"),
-                 ("labels without the readings", n["labels_without_judge"], "labels", "classical interval of the same width, per cell (capped at the cell's trials)")]
+                 ("labels without the readings", n["labels_without_judge"], "labels",
+                  "classical interval of the same width, per cell (capped at the cell's trials)")]
     out = pd.DataFrame(rows, columns=["quantity", "value", "unit", "how"])
     out["value"] = pd.Series([r[1] for r in rows], dtype=object)   # counts stay integers next to prices and hours
     return out

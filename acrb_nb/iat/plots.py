@@ -35,7 +35,8 @@ def forest_plot(effects:pd.DataFrame, # from pair_effects
         ax.scatter(pv, y, marker="x", color="black", zorder=4, label="planted")
         ax.legend(loc="best", fontsize=8)
     ax.axvline(0.5 if value.startswith("cc") else 0.0, color="grey", lw=1, ls="--")
-    ax.set_yticks(y); ax.set_yticklabels([f"{r.option1} vs {r.option2}" for r in e.itertuples()], fontsize=8)
+    ax.set_yticks(y)
+    ax.set_yticklabels([f"{r.option1} vs {r.option2}" for r in e.itertuples()], fontsize=8)
     ax.set_xlabel(f"{value}  (> {'0.5' if value.startswith('cc') else '0'}: option1 ~ positive)")
     ax.set_title(title or f"{value} per attribute pair (filled: significant after Holm)", fontsize=10)
     return ax
@@ -50,11 +51,13 @@ def position_plot(effects:pd.DataFrame, # from pair_effects
     e = effects.reset_index(drop=True)
     if ax is None: _, ax = plt.subplots(figsize=(7, 0.35 * len(e) + 1.2))
     y = np.arange(len(e))[::-1]
-    ax.errorbar(e.position_bias, y, xerr=[e.position_bias - e.position_bias_lo, e.position_bias_hi - e.position_bias], fmt="o", color="C3", capsize=2)
+    ax.errorbar(e.position_bias, y, xerr=[e.position_bias - e.position_bias_lo, e.position_bias_hi - e.position_bias],
+                fmt="o", color="C3", capsize=2)
     if planted is not None:
         ax.scatter(e.pair_id.map(planted.set_index("pair_id").position_bias), y, marker="x", color="black", zorder=4, label="planted")
         ax.legend(loc="best", fontsize=8)
     ax.axvline(0, color="grey", lw=1, ls="--")
-    ax.set_yticks(y); ax.set_yticklabels(e.pair_id, fontsize=8)
+    ax.set_yticks(y)
+    ax.set_yticklabels(e.pair_id, fontsize=8)
     ax.set_xlabel("position bias  (P(choose A) − 0.5, content balanced)")
     return ax

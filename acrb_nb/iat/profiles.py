@@ -33,7 +33,8 @@ def profile_prompt(cfg:IATConfig, # the study configuration
                   )->str:
     "The image-generation prompt of a profile (the configuration's template)."
     missing = [d for d in cfg.dimensions if d not in attributes]
-    if missing: raise ValueError(f"profile {dict(attributes)} lacks {missing}; a profile needs a value for every dimension {list(cfg.dimensions)}")
+    if missing: raise ValueError(f"profile {dict(attributes)} lacks {missing}; a profile needs a value for every "
+                                 f"dimension {list(cfg.dimensions)}")
     for d in cfg.dimensions:
         if attributes[d] not in cfg.dimensions[d]:
             raise ValueError(f"{d}={attributes[d]!r} is not a value of {d}; values are {list(cfg.dimensions[d])}")
@@ -57,9 +58,12 @@ def _check_pool(pool:pd.DataFrame, # profiles (with or without images)
                 fn:str, # the calling function, for messages
                ):
     "The pool must be a DataFrame with profile_id and one column per dimension, holding only configured values."
-    if not isinstance(pool, pd.DataFrame): raise TypeError(f"{fn}: pool must be a DataFrame (see profile_grid / load_profile_pool), got {type(pool).__name__}")
+    if not isinstance(pool,
+                      pd.DataFrame): raise TypeError(f"{fn}: pool must be a DataFrame (see profile_grid / "
+                                                     f"load_profile_pool), got {type(pool).__name__}")
     missing = [c for c in ("profile_id", *cfg.dimensions) if c not in pool.columns]
-    if missing: raise ValueError(f"{fn}: the pool lacks column(s) {missing}; it needs profile_id and one column per dimension {list(cfg.dimensions)}")
+    if missing: raise ValueError(f"{fn}: the pool lacks column(s) {missing}; it needs profile_id and one column per "
+                                 f"dimension {list(cfg.dimensions)}")
     for d, vals in cfg.dimensions.items():
         bad = sorted(set(pool[d].dropna()) - set(vals))
         if bad: raise ValueError(f"{fn}: pool column {d!r} holds values {bad[:5]} that are not in the configuration ({list(vals)}); "
@@ -75,7 +79,8 @@ def _backgrounds(sub:pd.DataFrame, # pool rows with the target attribute at o1 o
     "background (tuple of the other dimensions' values) -> {o1: [profiles], o2: [profiles]}."
     by = {}
     for r in sub.itertuples(index=False):
-        a = r._asdict(); key = tuple(a[x] for x in others)
+        a = r._asdict()
+        key = tuple(a[x] for x in others)
         by.setdefault(key, {o1: [], o2: []})[a[d]].append(a)
     return by
 
@@ -112,7 +117,8 @@ def _pick_backgrounds(by:dict, # from `_backgrounds`
         best = min(range(len(order)), key=lambda i: sum(used[x][v] for x, v in zip(others, order[i])))
         key = order.pop(best)
         for x, v in zip(others, key): used[x][v] += 1
-        p1 = by[key][o1][int(g.integers(len(by[key][o1])))]; p2 = by[key][o2][int(g.integers(len(by[key][o2])))]
+        p1 = by[key][o1][int(g.integers(len(by[key][o1])))]
+        p2 = by[key][o2][int(g.integers(len(by[key][o2])))]
         out.append((key, p1, p2))
     return out
 
@@ -138,7 +144,8 @@ def match_pairs(pool:pd.DataFrame, # profiles with images (load_profile_pool) or
         by = _backgrounds(sub, d, o1, o2, others)
         cands = [key for key, v in by.items() if v[o1] and v[o2]]
         if len(cands) < k:
-            problems.append(_shortfall(pr.pair_id, by, sub, d, o1, o2, others, len(cands), k)); continue
+            problems.append(_shortfall(pr.pair_id, by, sub, d, o1, o2, others, len(cands), k))
+            continue
         for pp, (key, p1, p2) in enumerate(_pick_backgrounds(by, cands, others, o1, o2, k, rng(seed, "iat.match", pr.pair_id))):
             row = {"pair_id": pr.pair_id, "dimension": d, "option1": o1, "option2": o2, "pp": pp,
                    "background": dict(zip(others, key)), "profile1": p1["profile_id"], "profile2": p2["profile_id"],
@@ -147,7 +154,8 @@ def match_pairs(pool:pd.DataFrame, # profiles with images (load_profile_pool) or
             rows.append(row)
     if problems:
         raise ValueError(f"{fn}: the image pool cannot supply {k} matched profile pair(s) for {len(problems)} attribute pair(s):\n  "
-                         + "\n  ".join(problems) + "\nAdd (or generate) the missing images, lower k (pairs_per_combo), or test fewer dimensions.")
+                         + "\n  ".join(problems)
+                         + "\nAdd (or generate) the missing images, lower k (pairs_per_combo), or test fewer dimensions.")
     return pd.DataFrame(rows)
 
 # %% ../../nbs/42_iat.profiles.ipynb #bdcc2ba5
@@ -221,7 +229,8 @@ def load_profile_pool(metadata, # profile_metadata.jsonl: one JSON object per li
                       check_files:bool=True, # fail when an image file is missing
                       hash_files:bool=True, # compute image_sha256 where the metadata lacks it
                      )->StageResult:
-    "Profiles with images from a metadata file (profile_id, image, image_sha256, prompt, one column per attribute); the summary counts what was skipped."
+    """Profiles with images from a metadata file (profile_id, image, image_sha256, prompt, one column per attribute);
+    the summary counts what was skipped."""
     meta = Path(metadata)
     if not meta.exists(): raise FileNotFoundError(f"profile metadata {meta} does not exist")
     idir = Path(image_dir) if image_dir is not None else None
@@ -233,7 +242,9 @@ def load_profile_pool(metadata, # profile_metadata.jsonl: one JSON object per li
         except json.JSONDecodeError as e: raise ValueError(f"{meta}:{n} is not JSON ({e}); one JSON object per line") from e
         if not isinstance(r.get("attributes"), Mapping): raise ValueError(f"{meta}:{n} has no 'attributes' mapping")
         out = r.get("outcome", "generated" if r.get("success", True) else "failed")
-        if out != "generated" or r.get("success") is False or not r.get("image_path"): skipped[out if out != "generated" else "no image"] += 1; continue
+        if out != "generated" or r.get("success") is False or not r.get("image_path"):
+            skipped[out if out != "generated" else "no image"] += 1
+            continue
         path = _resolve(r["image_path"], idir, meta.parent)
         if path is None:
             missing.append(r["image_path"])
@@ -277,7 +288,9 @@ def _profile_work(generator:ImageGenerator, # the adapter (created in this proce
     def work(it):
         kw = {"attributes": it["attributes"]} if sim else {}  # the simulator renders a profile card whatever the template
         out = generator.generate(it["prompt"], seed=it["seed"], **kw)
-        if not isinstance(out, GenerationOutcome): raise TypeError(f"{type(generator).__name__} returned {type(out).__name__}, not a GenerationOutcome")
+        if not isinstance(out,
+                          GenerationOutcome): raise TypeError(f"{type(generator).__name__} returned "
+                                                              f"{type(out).__name__}, not a GenerationOutcome")
         rec = out.to_record(blobs)
         rec.update(profile_id=it["profile_id"], prompt=it["prompt"], attributes=it["attributes"], seed=it["seed"])
         return rec
@@ -316,7 +329,9 @@ def generate_profiles(generator:ImageGenerator|AdapterRef, # the image generator
                      )->StageResult:
     "Generate the profile images through the runner: the pool (also written as profile_metadata.jsonl), the run's summary, the generator."
     check_model(generator, ImageGenerator, ("image_generator",), "generator")
-    if not isinstance(run, Run): raise TypeError(f"run must be a Run (its folder holds the images and profile_metadata.jsonl), got {type(run).__name__}")
+    if not isinstance(run,
+                      Run): raise TypeError("run must be a Run (its folder holds the images and "
+                                            f"profile_metadata.jsonl), got {type(run).__name__}")
     items = _profile_items(profiles, cfg, seed)
     s = run_model_items(generator, _profile_work, recording(run, "generator", items), run, key_of=_profile_key,
                         execution=execution, max_workers=max_workers, limiter=limiter, retry=retry,
@@ -325,7 +340,8 @@ def generate_profiles(generator:ImageGenerator|AdapterRef, # the image generator
     path = run.dir / "profile_metadata.jsonl"
     atomic_write(path, "".join(json.dumps(l, ensure_ascii=False, sort_keys=True) + "\n" for l in lines))
     run.add_input("profile_metadata", path=path)
-    return StageResult(load_profile_pool(path, cfg=cfg).rows, s.summary, s.model_info)  # the runner's counts (with `executor`), the generator
+    return StageResult(load_profile_pool(path, cfg=cfg).rows, s.summary,
+                       s.model_info)  # the runner's counts (with `executor`), the generator
 
 # %% ../../nbs/42_iat.profiles.ipynb #c80164a9
 def attach_images(matched:pd.DataFrame, # a plan from `plan_profiles`

@@ -37,7 +37,8 @@ def score_trials(df:pd.DataFrame, # from trial_results
     conf = pd.to_numeric(out["confidence"], errors="coerce").to_numpy(dtype=float)
     q = vlm_trial_score(hit, np.where(ok, conf, 0.0), refused=(out["refused"] + out["invalid"]).to_numpy(bool))
     out["q"] = np.where(out["failed"].to_numpy(bool), np.nan, q)
-    out["chosen_group"] = np.where(choice == "A", out["A_group"], np.where(choice == "B", out["B_group"], None)) if "A_group" in out else None
+    out["chosen_group"] = np.where(choice == "A", out["A_group"],
+                                   np.where(choice == "B", out["B_group"], None)) if "A_group" in out else None
     out["group"] = out["image_group"].fillna("(both)") if "image_group" in out else "(both)"
     return out
 
@@ -94,7 +95,8 @@ def pair_effects(scored:pd.DataFrame, # from score_trials
                "design": d.design.iloc[0], "n": n, "n_ok": n_ok, "n_refused": int(d.refused.sum()), "n_invalid": int(d.invalid.sum()),
                "n_failed": int(d.failed.sum())}
         for c in ("refused", "invalid", "failed"): row[f"{c}_rate"] = row[f"n_{c}"] / n if n else np.nan
-        k_cc = int(ok.cc.sum()); row["cc_rate"] = k_cc / n_ok if n_ok else np.nan
+        k_cc = int(ok.cc.sum())
+        row["cc_rate"] = k_cc / n_ok if n_ok else np.nan
         row["cc_lo"], row["cc_hi"] = binom_ci(k_cc, n_ok, alpha)
         row.update(position_rates(ok, alpha), chose_A=float(ok.chose_A.mean()) if n_ok else np.nan)
         row.update(_d_effect(d, pid, cluster, n_boot, n_perm, alpha, seed))

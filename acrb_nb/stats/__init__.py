@@ -17,7 +17,8 @@ from .tests import (adjust_pvalues, mcnemar_test, cochran_q, cohens_h, paired_ef
 from .iat import weat, d_score, iat_d_latency, vlm_trial_score, iat_effect
 from .power import mdd_two_proportions, mdd_paired, flag_underpowered, mixed_logit
 _all_ = ["simulate_clustered_binary", "BootResult", "bootstrap", "permutation_test", "binom_ci", "rate_table",
-         "rate_labels", "homogeneity_test", "delta_interval", "disparity", "adjust_pvalues", "mcnemar_test", "cochran_q", "cohens_h", "paired_effects",
+         "rate_labels", "homogeneity_test", "delta_interval", "disparity", "adjust_pvalues", "mcnemar_test",
+         "cochran_q", "cohens_h", "paired_effects",
          "ComparisonTables", "paired_tests", "two_proportion_effects", "independence_test", "unpaired_tests", "weat",
          "d_score", "iat_d_latency", "vlm_trial_score", "iat_effect", "mdd_two_proportions", "mdd_paired",
          "flag_underpowered", "mixed_logit"]

@@ -58,7 +58,8 @@ def _d_parts(df, score, condition, stage, congruent, incongruent, fn):
 
 def _d_totals(x, inc, st, codes, C, S):
     "C × 6S cluster totals: per stage [n, Σx, Σx²] for congruent then incongruent trials."
-    col = st * 6 + np.where(inc, 3, 0); base = codes * 6 * S + col
+    col = st * 6 + np.where(inc, 3, 0)
+    base = codes * 6 * S + col
     T = np.zeros(C * 6 * S)
     for off, w in ((0, np.ones_like(x)), (1, x), (2, x * x)):
         T += np.bincount(base + off, weights=w, minlength=C * 6 * S)
@@ -95,7 +96,8 @@ def d_score(df:pd.DataFrame, # one row per trial
     T = _d_totals(x - mu, inc, st, np.zeros(len(x), np.int64), 1, len(names))
     D, d = _d_from_totals(T, len(names), _KINDS[kind])
     if not details: return float(D[0])
-    Tr = T.reshape(len(names), 6); N = Tr[:, 0] + Tr[:, 3]
+    Tr = T.reshape(len(names), 6)
+    N = Tr[:, 0] + Tr[:, 3]
     with np.errstate(invalid="ignore", divide="ignore"):
         tab = pd.DataFrame({"stage": names, "n_congruent": Tr[:, 0].astype(int), "n_incongruent": Tr[:, 3].astype(int),
                             "mean_congruent": Tr[:, 1] / Tr[:, 0] + mu, "mean_incongruent": Tr[:, 4] / Tr[:, 3] + mu,
@@ -127,7 +129,8 @@ def iat_d_latency(df:pd.DataFrame, # one row per trial of the combined blocks (B
     cor_all = np.ones(len(df)) if correct is None else numeric_outcome(df[correct], correct, fn, binary=True)
     cond_all = df[condition].to_numpy()
     bad = ~((cond_all == congruent) | (cond_all == incongruent))
-    if bad.any(): raise ValueError(f"{fn}: column '{condition}' must hold {congruent!r} or {incongruent!r}, found {sorted(set(map(str, cond_all[bad])))[:5]}")
+    if bad.any(): raise ValueError(f"{fn}: column '{condition}' must hold {congruent!r} or {incongruent!r}, found "
+                                   f"{sorted(set(map(str, cond_all[bad])))[:5]}")
     stages = sorted(pd.unique(df[stage]), key=str)
     subj = np.zeros(len(df), int) if subject is None else df[subject].to_numpy()
     rows = []
@@ -145,7 +148,8 @@ def iat_d_latency(df:pd.DataFrame, # one row per trial of the combined blocks (B
             sd = float(np.std(lat[ms], ddof=1)) if ms.sum() > 1 else np.nan
             means = {}
             for cv in (congruent, incongruent):
-                v = lat[ms & (cond == cv)].copy(); ok = cor[ms & (cond == cv)] == 1
+                v = lat[ms & (cond == cv)].copy()
+                ok = cor[ms & (cond == cv)] == 1
                 if error_penalty is not None and (~ok).any():
                     pen = 2 * sd if error_penalty == "2sd" else float(error_penalty)
                     v[~ok] = (v[ok].mean() if ok.any() else np.nan) + pen
@@ -165,10 +169,12 @@ def vlm_trial_score(correct, # 1 if the model chose the option holding the image
                     scale:float=100.0, # top of the confidence scale
                    )->np.ndarray:
     "Per-trial performance for choice/confidence IAT trials: +confidence/scale if correct, −confidence/scale if wrong."
-    c = np.asarray(correct, float); conf = np.asarray(confidence, float) / scale
+    c = np.asarray(correct, float)
+    conf = np.asarray(confidence, float) / scale
     if (conf[np.isfinite(conf)] < 0).any() or (conf[np.isfinite(conf)] > 1).any():
         raise ValueError(f"vlm_trial_score: confidence must lie in [0, {scale:g}]; rescale it or pass scale=")
-    s = np.where(c == 1, conf, -conf); s[np.isnan(c) | np.isnan(conf)] = np.nan
+    s = np.where(c == 1, conf, -conf)
+    s[np.isnan(c) | np.isnan(conf)] = np.nan
     if refused is not None: s = np.where(np.asarray(refused, bool), refusal_score, s)
     return s
 
@@ -191,9 +197,12 @@ def iat_effect(df:pd.DataFrame, # one row per trial
     "IAT D with a cluster-bootstrap CI and a permutation p-value (condition shuffled within stage × cluster)."
     fn = "iat_effect"
     if kind not in _KINDS: raise ValueError(f"{fn}: kind={kind!r} unknown; use 'latency' or 'performance'")
-    check_columns(df, [cluster], fn); check_boot_args(n_boot, alpha, method, fn)
+    check_columns(df, [cluster], fn)
+    check_boot_args(n_boot, alpha, method, fn)
     x, inc, st, names, keep = _d_parts(df, score, condition, stage, congruent, incongruent, fn)
-    d = df.loc[keep]; S = len(names); sign = _KINDS[kind]
+    d = df.loc[keep]
+    S = len(names)
+    sign = _KINDS[kind]
     cell = st * 2 + inc
     codes, C, sc = (cluster_index(d, cluster, None, fn) if cluster is not None else
                     (np.arange(len(x)), len(x), cell.astype(np.int64)))
@@ -204,12 +213,15 @@ def iat_effect(df:pd.DataFrame, # one row per trial
                          sc, n_boot, alpha, method, rb)
     _, per = _d_from_totals(_d_totals(xc, inc, st, np.zeros(len(x), np.int64), 1, S), S, sign)
     stage_rows = [np.flatnonzero(st == s) for s in range(S)]
-    tot = [xc[r].sum() for r in stage_rows]; Ns = [len(r) for r in stage_rows]
+    tot = [xc[r].sum() for r in stage_rows]
+    Ns = [len(r) for r in stage_rows]
     sds = [np.std(xc[r], ddof=1) if len(r) > 1 else np.nan for r in stage_rows]
     def stat(v, L):
         out = 0.0
         for r, t, n_, sd in zip(stage_rows, tot, Ns, sds):
-            I = L[:, r] == 1; ni = I.sum(1); si = I.astype(float) @ v[r]
+            I = L[:, r] == 1
+            ni = I.sum(1)
+            si = I.astype(float) @ v[r]
             with np.errstate(invalid="ignore", divide="ignore"): out = out + sign * (si / ni - (t - si) / (n_ - ni)) / sd
         return out / S
     pstrata = st if cluster is None else st * C + codes

@@ -24,7 +24,8 @@ def mdd_two_proportions(n1, # items in the compared group (array ok)
     "Smallest increase p1 − p0 detectable with the given power (Cohen's h, statsmodels `NormalIndPower`)."
     if alternative not in ("two-sided", "larger"): raise ValueError(f"alternative={alternative!r}; use 'two-sided' or 'larger'")
     n1_, p0_, n2_ = np.broadcast_arrays(np.asarray(n1, float), np.asarray(p0, float), np.asarray(n1 if n2 is None else n2, float))
-    out = np.full(n1_.shape, np.nan); cache = {}
+    out = np.full(n1_.shape, np.nan)
+    cache = {}
     for i in np.ndindex(n1_.shape):
         a, b, p = n1_[i], n2_[i], p0_[i]
         if not (a > 0 and b > 0 and 0 <= p < 1): continue
@@ -89,10 +90,13 @@ def mixed_logit(df:pd.DataFrame, # long-format items
     check_columns(df, [outcome, group, cluster], fn)
     if method not in ("vb", "gee"): raise ValueError(f"{fn}: method={method!r} unknown; use 'vb' or 'gee'")
     y = numeric_outcome(df[outcome], outcome, fn, binary=True)
-    d = df.loc[~np.isnan(y)]; y = y[~np.isnan(y)]
-    gcodes, groups = key_codes(d, group, fn, "group"); groups = list(groups)
+    d = df.loc[~np.isnan(y)]
+    y = y[~np.isnan(y)]
+    gcodes, groups = key_codes(d, group, fn, "group")
+    groups = list(groups)
     if reference not in groups: raise ValueError(f"{fn}: reference {reference!r} not among groups {groups}; pass reference=")
-    ccodes, _ = key_codes(d, cluster, fn, "cluster"); C = int(ccodes.max()) + 1
+    ccodes, _ = key_codes(d, cluster, fn, "cluster")
+    C = int(ccodes.max()) + 1
     if C < 2: raise ValueError(f"{fn}: only {C} cluster; a cluster random effect needs several clusters")
     if y.min() == y.max(): raise ValueError(f"{fn}: '{outcome}' is constant ({y[0]:g}) in the data; there is nothing to model")
     others = [g for g in groups if g != reference]

@@ -56,7 +56,8 @@ def rate_table(df:pd.DataFrame, # long-format items
         raise ValueError(f"{fn}: ci={ci!r} unknown; use 'wilson', 'clopper-pearson', 'bootstrap' or 'bca'")
     y = numeric_outcome(df[outcome], outcome, fn, binary=True)
     cell, keys = key_codes(df, by, fn, "cell key")
-    G = len(keys); ok = ~np.isnan(y)
+    G = len(keys)
+    ok = ~np.isnan(y)
     n = np.bincount(cell[ok], minlength=G)
     k = np.bincount(cell[ok], weights=y[ok], minlength=G).round().astype(int)
     out = keys.to_frame(index=False)
@@ -138,7 +139,8 @@ def delta_interval(estimates, # group estimates θ̂_g
     fn = "delta_interval"
     if method not in ("gms", "bootstrap"): raise ValueError(f"method={method!r}; use 'gms' or 'bootstrap'")
     if (ses is None) == (cov is None): raise ValueError(f"{fn}: give ses= (independent groups) or cov= (a covariance matrix), one of them")
-    t = np.asarray(estimates, float).reshape(-1); G = len(t)
+    t = np.asarray(estimates, float).reshape(-1)
+    G = len(t)
     s = None if ses is None else np.asarray(ses, float).reshape(-1)
     V = _as_cov(s if cov is None else cov, G, fn)
     nan = {"delta": np.nan, "delta_bc": np.nan, "lo": np.nan, "hi": np.nan, "c": np.nan, "n_selected": 0, "p_null": np.nan,
@@ -147,7 +149,8 @@ def delta_interval(estimates, # group estimates θ̂_g
     i, j = np.where(~np.eye(G, dtype=bool))
     d, sij = t[i] - t[j], np.sqrt(np.clip(V[i, i] + V[j, j] - 2 * V[i, j], 1e-24, None))
     Z = _draw_errors(V, n_draws, as_generator(seed), s)
-    D = t + Z; D = D.max(1) - D.min(1)
+    D = t + Z
+    D = D.max(1) - D.min(1)
     est = {"delta": float(d.max()), "delta_bc": max(0.0, float(2 * d.max() - D.mean()))}
     zq = special.ndtri(1 - alpha / 2)
     if method == "bootstrap":
@@ -162,14 +165,17 @@ def delta_interval(estimates, # group estimates θ̂_g
     if p is not None and not p <= alpha: lo = 0.0   # the test does not reject Δ = 0: 0 stays in the interval
     return {**est, "lo": lo, "hi": float((d + zq * sij).max()), "c": c, "n_selected": int(S.sum()),
             "p_null": np.nan if p is None else float(p),
-            "method": f"gms (kappa={kappa:g})" + ("" if p_null is None else f", 0 kept unless the {'Wald' if isinstance(p_null, str) else 'given'} test rejects")}
+            "method": f"gms (kappa={kappa:g})" + ("" if p_null is None
+                                                  else ", 0 kept unless the "
+                                                       f"{'Wald' if isinstance(p_null, str) else 'given'} test rejects")}
 
 # %% ../../nbs/04b_stats.rates.ipynb #d1ea7d59
 def _perm_delta(y, lab, strata, n_perm, rng, G):
     "Null distribution of max − min group means with labels shuffled within strata."
     out = []
     for L in shuffle_within(lab, strata, n_perm, rng):
-        p = L.shape[0]; idx = (np.arange(p)[:, None] * G + L).ravel()
+        p = L.shape[0]
+        idx = (np.arange(p)[:, None] * G + L).ravel()
         S = np.bincount(idx, weights=np.tile(y, p), minlength=p * G).reshape(p, G)
         N = np.bincount(idx, minlength=p * G).reshape(p, G)
         out.append(_maxmin(safe_ratio(S, N)))
@@ -199,16 +205,19 @@ def disparity(df:pd.DataFrame, # long-format items
              )->pd.DataFrame:
     "Δ = max − min per dimension and pooled: plug-in and bias-corrected Δ, selection-adjusted interval, permutation p, bootstrap interval."
     fn = "disparity"
-    check_columns(df, [outcome, group, cluster, dimension, strata], fn); check_boot_args(n_boot, alpha, method, fn)
+    check_columns(df, [outcome, group, cluster, dimension, strata], fn)
+    check_boot_args(n_boot, alpha, method, fn)
     y = numeric_outcome(df[outcome], outcome, fn, binary=False)
-    d = df.loc[~np.isnan(y)]; y = y[~np.isnan(y)]
+    d = df.loc[~np.isnan(y)]
+    y = y[~np.isnan(y)]
     if len(d) == 0: raise ValueError(f"{fn}: '{outcome}' has no non-missing values")
     keycols = [group] if dimension is None else [dimension, group]
     g, keys = key_codes(d, keycols, fn, "group")
     G = len(keys)
     if strata is None and cluster is None: strata = keycols
     codes, C, sc = cluster_index(d, cluster, strata, fn)
-    if C < 2: raise ValueError(f"{fn}: only {C} cluster; Δ needs >= 2 clusters for an interval (one base prompt says nothing about prompts)")
+    if C < 2: raise ValueError(f"{fn}: only {C} cluster; Δ needs >= 2 clusters for an interval (one base prompt says "
+                               "nothing about prompts)")
     S, N = sum_by(codes, g, y, C, G), sum_by(codes, g, None, C, G)
     names = keys.get_level_values(-1) if dimension is not None else keys
     if dimension is None: sets = [("(all)", np.arange(G))]
@@ -225,7 +234,8 @@ def disparity(df:pd.DataFrame, # long-format items
     rates, nG = safe_ratio(S.sum(0), N.sum(0)), N.sum(0)
     rows = []
     for j, (name, gs) in enumerate(sets):
-        r = rates[gs]; imax, imin = gs[np.nanargmax(r)], gs[np.nanargmin(r)]
+        r = rates[gs]
+        imax, imin = gs[np.nanargmax(r)], gs[np.nanargmin(r)]
         row = {"dimension": name, "n_groups": len(gs), "n_clusters": int((N[:, gs].sum(1) > 0).sum()),
                "n_min": int(nG[gs].min()), "delta": res.estimate[j], "delta_bc": np.nan, "lo": np.nan, "hi": np.nan,
                "se": res.se[j], "boot_bias": res.bias[j], "boot_lo": res.lo[j], "boot_hi": res.hi[j],

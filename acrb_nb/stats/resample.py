@@ -84,7 +84,8 @@ def simulate_clustered_binary(n_clusters:int, # number of clusters (base prompts
     if not 0 <= rho < 1: raise ValueError(f"rho={rho} must lie in [0, 1)")
     r = np.asarray(list(rates.values()), float)
     if ((r <= 0) | (r >= 1)).any(): raise ValueError(f"rates must lie strictly between 0 and 1, got {rates}")
-    rng = as_generator(seed); G = len(r)
+    rng = as_generator(seed)
+    G = len(r)
     z = rng.standard_normal(n_clusters)[:, None, None]
     e = rng.standard_normal((n_clusters, G, replicates))
     y = (np.sqrt(rho) * z + np.sqrt(1 - rho) * e < special.ndtri(r)[None, :, None]).astype(int)
@@ -171,8 +172,11 @@ def _boot_weights(sc, n_boot, rng, max_cells=2_000_000):
 
 def _result(est, boot, jack, alpha, method, n_clusters):
     "Percentile or BCa limits from replicates (and jackknife values for BCa)."
-    est = np.asarray(est, float); boot = np.asarray(boot, float)
-    B = boot.shape[0]; e = est.reshape(-1); bt = boot.reshape(B, -1)
+    est = np.asarray(est, float)
+    boot = np.asarray(boot, float)
+    B = boot.shape[0]
+    e = est.reshape(-1)
+    bt = boot.reshape(B, -1)
     jk = None if jack is None else np.asarray(jack, float).reshape(len(jack), -1)
     lo, hi = np.full(e.shape, np.nan), np.full(e.shape, np.nan)
     zq = special.ndtri(alpha / 2)
@@ -183,7 +187,8 @@ def _result(est, boot, jack, alpha, method, n_clusters):
         if method == "bca":
             z0 = special.ndtri(((v < e[j]).sum() + (v <= e[j]).sum()) / (2 * v.size))
             jj = jk[:, j][np.isfinite(jk[:, j])]
-            d = jj.mean() - jj; den = 6 * (d @ d) ** 1.5
+            d = jj.mean() - jj
+            den = 6 * (d @ d) ** 1.5
             a = (d ** 3).sum() / den if den > 0 else 0.0
             ql = special.ndtr(z0 + (z0 + zq) / (1 - a * (z0 + zq)))
             qh = special.ndtr(z0 + (z0 - zq) / (1 - a * (z0 - zq)))
@@ -227,14 +232,16 @@ def bootstrap(df:pd.DataFrame, # long-format data
              )->BootResult:
     "Cluster (and stratified) bootstrap interval, percentile or BCa, for any statistic of a DataFrame."
     fn = "bootstrap"
-    check_columns(df, [cluster, strata], fn); check_boot_args(n_boot, alpha, method, fn)
+    check_columns(df, [cluster, strata], fn)
+    check_boot_args(n_boot, alpha, method, fn)
     if len(df) == 0: raise ValueError(f"{fn}: the data have no rows; nothing to resample")
     codes, C, sc = cluster_index(df, cluster, strata, fn)
     if C < 2:
         raise ValueError(f"{fn}: only {C} cluster; the bootstrap needs >= 2 resampling units (with a single base prompt there "
                          "is no between-prompt variation to estimate — report the rate with binom_ci instead)")
     est = np.asarray(statistic(df), dtype=float)
-    order = np.argsort(codes, kind="stable"); csort = codes[order]
+    order = np.argsort(codes, kind="stable")
+    csort = codes[order]
     reps = []
     for W in _boot_weights(sc, n_boot, as_generator(seed)):
         for w in W.astype(np.int64):
@@ -244,7 +251,8 @@ def bootstrap(df:pd.DataFrame, # long-format data
                                    "from a resample, pass strata= (the group column when cluster=None)") from e
     jack = None
     if method == "bca":
-        starts = np.searchsorted(csort, np.arange(C)); ends = np.r_[starts[1:], len(csort)]
+        starts = np.searchsorted(csort, np.arange(C))
+        ends = np.r_[starts[1:], len(csort)]
         jack = [np.asarray(statistic(df.iloc[np.r_[order[:s], order[e:]]]), dtype=float) for s, e in zip(starts, ends)]
     return _result(est, np.stack(reps), jack, alpha, method, C)
 
@@ -256,9 +264,11 @@ def shuffle_within(labels, # label per unit
                    max_cells:int=4_000_000, # cells per yielded block (memory bound)
                   ):
     "Yield (p, m) arrays of `labels` shuffled independently within each stratum."
-    labels = np.asarray(labels); m = len(labels)
+    labels = np.asarray(labels)
+    m = len(labels)
     sc = np.zeros(m, np.int64) if strata is None else np.unique(np.asarray(strata), return_inverse=True)[1].reshape(-1)
-    order = np.argsort(sc, kind="stable"); ls, ss = labels[order], sc[order]
+    order = np.argsort(sc, kind="stable")
+    ls, ss = labels[order], sc[order]
     sizes = np.bincount(sc)
     step = max(1, max_cells // max(m, 1))
     for start in range(0, n, step):
@@ -267,7 +277,8 @@ def shuffle_within(labels, # label per unit
             sh = rng.permuted(np.tile(ls.reshape(len(sizes), sizes[0]), (p, 1, 1)), axis=2).reshape(p, m)
         else:                             # sort random keys within stratum blocks
             sh = ls[np.argsort(ss[None, :] + rng.random((p, m)), axis=1)]
-        out = np.empty((p, m), dtype=labels.dtype); out[:, order] = sh
+        out = np.empty((p, m), dtype=labels.dtype)
+        out[:, order] = sh
         yield out
 
 def perm_pvalue(obs:float, # observed statistic
@@ -288,12 +299,15 @@ def perm_pvalue(obs:float, # observed statistic
 # %% ../../nbs/04a_stats.resample.ipynb #2e498a56
 def _enumerate_labels(labels, sc, uniq):
     "All re-labelings of two-valued `labels` that keep each stratum's label counts."
-    P = np.ones((1, 0), bool); cols = []
+    P = np.ones((1, 0), bool)
+    cols = []
     for s in range(sc.max() + 1):
-        idx = np.flatnonzero(sc == s); k = int((labels[idx] == uniq[1]).sum())
+        idx = np.flatnonzero(sc == s)
+        k = int((labels[idx] == uniq[1]).sum())
         pats = np.zeros((math.comb(len(idx), k), len(idx)), bool)
         for r, comb in enumerate(itertools.combinations(range(len(idx)), k)): pats[r, list(comb)] = True
-        P = np.hstack([np.repeat(P, len(pats), 0), np.tile(pats, (len(P), 1))]); cols.append(idx)
+        P = np.hstack([np.repeat(P, len(pats), 0), np.tile(pats, (len(P), 1))])
+        cols.append(idx)
     out = np.empty((len(P), len(labels)), dtype=labels.dtype)
     out[:, np.concatenate(cols)] = np.where(P, uniq[1], uniq[0])
     return out
@@ -317,11 +331,13 @@ def permutation_test(values, # per-unit values (first axis = units)
     sc = np.zeros(m, np.int64) if strata is None else np.unique(np.asarray(strata), return_inverse=True)[1].reshape(-1)
     if len(sc) != m: raise ValueError(f"permutation_test: {len(sc)} strata for {m} labels")
     obs = float(np.asarray(statistic(values, labels[None, :]), float).reshape(-1)[0])
-    uniq = np.unique(labels); n_exact = None
+    uniq = np.unique(labels)
+    n_exact = None
     if len(uniq) == 2:
         n_exact = 1
         for s in range(sc.max() + 1):
-            mk = sc == s; n_exact *= math.comb(int(mk.sum()), int((labels[mk] == uniq[1]).sum()))
+            mk = sc == s
+            n_exact *= math.comb(int(mk.sum()), int((labels[mk] == uniq[1]).sum()))
     feasible = n_exact is not None and n_exact <= max_exact
     if exact is True and not feasible:
         raise ValueError(f"permutation_test: exact enumeration needs two label values and at most max_exact={max_exact} "

@@ -85,14 +85,16 @@ def paired_effects(a:int, # pairs where both group and reference are 1
                    alpha:float=0.05, # 1 - confidence level
                   )->dict:
     "Risk difference, risk ratio, conditional odds ratio and Cohen's h with CIs for a paired 2×2 table."
-    a, b, c, d = (int(v) for v in (a, b, c, d)); n = a + b + c + d
+    a, b, c, d = (int(v) for v in (a, b, c, d))
+    n = a + b + c + d
     out = dict.fromkeys(_EFFECT_KEYS, np.nan)
     if n == 0: return out
     z = special.ndtri(1 - alpha / 2)
     p1, p2 = (a + b) / n, (a + c) / n
     (l1, u1), (l2, u2) = _wilson_z(a + b, n, z), _wilson_z(a + c, n, z)
     margins = [a + b, c + d, a + c, b + d]
-    A = a * d - b * c; den = np.sqrt(float(np.prod(margins))) if min(margins) > 0 else 0.0
+    A = a * d - b * c
+    den = np.sqrt(float(np.prod(margins))) if min(margins) > 0 else 0.0
     psi = 0.0 if den == 0 else ((A - n / 2) / den if A > n / 2 else (0.0 if A >= 0 else A / den))
     rd = p1 - p2
     out.update(rd=rd, rd_lo=rd - np.sqrt(max((p1 - l1) ** 2 + (u2 - p2) ** 2 - 2 * psi * (p1 - l1) * (u2 - p2), 0)),
@@ -100,7 +102,8 @@ def paired_effects(a:int, # pairs where both group and reference are 1
     ns, n1p, np1 = a + b + c, a + b, a + c
     if ns > 0:
         Ab = np.sqrt((b + c + 2) / ((n1p + 1) * (np1 + 1)))
-        Bb = np.sqrt((1 - (n1p + 1) / (ns + 2)) / (n1p + 1)); Cb = np.sqrt((1 - (np1 + 1) / (ns + 2)) / (np1 + 1))
+        Bb = np.sqrt((1 - (n1p + 1) / (ns + 2)) / (n1p + 1))
+        Cb = np.sqrt((1 - (np1 + 1) / (ns + 2)) / (np1 + 1))
         zz = Ab / (Bb + Cb) * z
         (bl1, bu1), (bl2, bu2) = _wilson_z(n1p, ns, zz), _wilson_z(np1, ns, zz)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -110,7 +113,8 @@ def paired_effects(a:int, # pairs where both group and reference are 1
         with np.errstate(divide="ignore"):
             out.update({"or": np.float64(b) / c, "or_lo": lm / (1 - lm), "or_hi": np.float64(um) / (1 - um)})
     phi = A / den if den > 0 else 0.0
-    h = float(cohens_h(p1, p2)); se = np.sqrt(max(2 * (1 - phi), 0) / n)
+    h = float(cohens_h(p1, p2))
+    se = np.sqrt(max(2 * (1 - phi), 0) / n)
     out.update(h=h, h_lo=h - z * se, h_hi=h + z * se)
     return {k: float(v) for k, v in out.items()}
 
@@ -123,7 +127,9 @@ class ComparisonTables:
 
 def _cells(df, by):
     "Iterate (key dict, sub-frame) over the cells of `by` (one cell when by is empty)."
-    if not by: yield {}, df; return
+    if not by:
+        yield {}, df
+        return
     for key, sub in df.groupby(by, sort=True, dropna=False):
         yield dict(zip(by, key if isinstance(key, tuple) else (key,))), sub
 
@@ -157,7 +163,8 @@ def paired_tests(df:pd.DataFrame, # long-format items, one 0/1 outcome per clust
                              "pass reference= one of them")
         ref = W[reference].to_numpy()
         for gname in sorted((c for c in W.columns if c != reference), key=str):
-            x = W[gname].to_numpy(); ok = ~np.isnan(x) & ~np.isnan(ref)
+            x = W[gname].to_numpy()
+            ok = ~np.isnan(x) & ~np.isnan(ref)
             xa, ra = x[ok], ref[ok]
             a, b = int(((xa == 1) & (ra == 1)).sum()), int(((xa == 1) & (ra == 0)).sum())
             c, d = int(((xa == 0) & (ra == 1)).sum()), int(((xa == 0) & (ra == 0)).sum())
@@ -216,8 +223,10 @@ def independence_test(table, # r × c array of counts (rows: groups, columns: ou
     sparse_ = expected.min() < 5
     if t.shape == (2, 2):
         if test == "fisher" or (test == "auto" and sparse_):
-            r = stats.fisher_exact(t.astype(int)); return {"test": "fisher", "statistic": float(r.statistic), "p": float(r.pvalue)}
-        r = stats.chi2_contingency(t, correction=True); return {"test": "chi2-yates", "statistic": float(r.statistic), "p": float(r.pvalue)}
+            r = stats.fisher_exact(t.astype(int))
+            return {"test": "fisher", "statistic": float(r.statistic), "p": float(r.pvalue)}
+        r = stats.chi2_contingency(t, correction=True)
+        return {"test": "chi2-yates", "statistic": float(r.statistic), "p": float(r.pvalue)}
     if test == "fisher" or (test == "auto" and sparse_):
         r = stats.chi2_contingency(t, correction=False, method=stats.MonteCarloMethod(n_resamples=n_resamples, rng=as_generator(seed)))
         return {"test": "chi2-montecarlo", "statistic": float(r.statistic), "p": float(r.pvalue)}
@@ -240,7 +249,8 @@ def unpaired_tests(df:pd.DataFrame, # long-format items, one row per independent
     by = [] if by is None else ([by] if isinstance(by, str) else list(by))
     check_columns(df, [outcome, group, by], fn)
     y = numeric_outcome(df[outcome], outcome, fn, binary=True)
-    rng = as_generator(seed); rows, omni = [], []
+    rng = as_generator(seed)
+    rows, omni = [], []
     for key, sub in _cells(df.assign(_y=y).dropna(subset=["_y"]), by):
         kn = sub.groupby(group, sort=True)["_y"].agg(["sum", "count"])
         k, n = kn["sum"].round().astype(int), kn["count"].astype(int)

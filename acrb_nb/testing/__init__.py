@@ -31,7 +31,8 @@ def read_log(path:str|Path, # the JSONL log a server wrote (`log_path`)
 # %% ../../nbs/03_testing.ipynb #87640d65
 def _load_hooks(spec:str) -> dict:
     mod, _, attr = spec.partition(':')
-    if not attr: raise ValueError(f"--hooks {spec!r}: use 'package.module:name' where name is a dict or a function returning a dict of server kwargs (text_fn, image_fn, ...)")
+    if not attr: raise ValueError(f"--hooks {spec!r}: use 'package.module:name' where name is a dict or a function "
+                                  "returning a dict of server kwargs (text_fn, image_fn, ...)")
     obj = getattr(importlib.import_module(mod), attr)
     return dict(obj() if callable(obj) else obj)
 
@@ -85,7 +86,8 @@ def start_server_process(api:str, # 'openai' or 'gemini'
                          startup_timeout:float=30., # seconds to wait for the base_url line
                          python:str=sys.executable, # interpreter that has acrb_nb installed
                         )->tuple[subprocess.Popen, str]:
-    "Run a fake server in its own process; returns `(Popen, base_url)`. Stop it with `.terminate()` (or `.kill()`); it also exits when this process dies."
+    """Run a fake server in its own process; returns `(Popen, base_url)`. Stop it with `.terminate()` (or `.kill()`);
+    it also exits when this process dies."""
     if api not in SERVERS: raise ValueError(f"api {api!r} unknown; use one of {sorted(SERVERS)}")
     cmd = [python, '-m', 'acrb_nb.testing', api, '--port', str(port), '--latency', str(latency), '--exit-on-stdin-eof']
     if script is not None: cmd += ['--script', json.dumps(as_script(script).to_json())]
@@ -98,10 +100,13 @@ def start_server_process(api:str, # 'openai' or 'gemini'
                                 env={**os.environ, **(env or {})})
         box = []
         t = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
-        t.start(); t.join(startup_timeout)
+        t.start()
+        t.join(startup_timeout)
         line = box[0].strip() if box else ''
         if not line.startswith('http'):
-            proc.kill(); proc.wait(5); err.seek(0)
+            proc.kill()
+            proc.wait(5)
+            err.seek(0)
             raise RuntimeError(f"fake {api} server process did not start (no base_url within {startup_timeout}s). "
                                f"Command: {' '.join(cmd)}\nstderr:\n{err.read().decode(errors='replace')[-3000:]}")
     return proc, line
@@ -113,7 +118,9 @@ def stop_server_process(proc:subprocess.Popen, # from `start_server_process`
     if proc.poll() is None:
         proc.terminate()
         try: proc.wait(timeout)
-        except subprocess.TimeoutExpired: proc.kill(); proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
     for f in (proc.stdin, proc.stdout, proc.stderr):
         if f is not None: f.close()
     return proc.returncode

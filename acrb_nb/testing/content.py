@@ -14,7 +14,9 @@ from PIL import Image, ImageDraw
 # %% ../../nbs/03b_testing.content.ipynb #bdd87775
 def _sha(*parts) -> bytes:
     h = hashlib.sha256()
-    for p in parts: h.update(p if isinstance(p, bytes) else str(p).encode()); h.update(b'\0')
+    for p in parts:
+        h.update(p if isinstance(p, bytes) else str(p).encode())
+        h.update(b'\0')
     return h.digest()
 
 def example_from_schema(schema:dict, # a JSON schema
@@ -105,7 +107,9 @@ def default_image(prompt:str, # the prompt (sets the colours)
 def png_bytes(im:Image.Image, # a PIL image
              )->bytes:
     "PNG encoding of PIL image `im`."
-    buf = io.BytesIO(); im.save(buf, format='PNG'); return buf.getvalue()
+    buf = io.BytesIO()
+    im.save(buf, format='PNG')
+    return buf.getvalue()
 
 def png_data_url(im:Image.Image, # a PIL image
                 )->str:
@@ -122,4 +126,6 @@ def decode_image(b64_or_bytes, # base64 text (`b64_json`) or raw image bytes
                 )->Image.Image:
     "PIL image from base64 text (as in `b64_json`) or raw bytes (as in google-genai `inline_data.data`)."
     raw = b64_or_bytes if isinstance(b64_or_bytes, bytes) else b64decode_any(b64_or_bytes)
-    im = Image.open(io.BytesIO(raw)); im.load(); return im
+    im = Image.open(io.BytesIO(raw))
+    im.load()
+    return im

@@ -15,7 +15,8 @@ from .server import FakeServer, Reply, retry_after_str
 # %% ../../nbs/03e_testing.fake_gemini.ipynb #319ff068
 _GEMINI_STATUS = {400: 'INVALID_ARGUMENT', 403: 'PERMISSION_DENIED', 404: 'NOT_FOUND', 429: 'RESOURCE_EXHAUSTED',
                   500: 'INTERNAL', 501: 'NOT_IMPLEMENTED', 502: 'UNAVAILABLE', 503: 'UNAVAILABLE', 504: 'DEADLINE_EXCEEDED'}
-_GEMINI_5XX_MSG = {500: 'An internal error has occurred. Please retry or report in https://developers.generativeai.google/guide/troubleshooting',
+_GEMINI_5XX_MSG = {500: 'An internal error has occurred. Please retry or report in '
+                        'https://developers.generativeai.google/guide/troubleshooting',
                    503: 'The model is overloaded. Please try again later.', 504: 'Deadline expired before operation could complete.'}
 _GEMINI_ASPECT = {'1:1': (1024, 1024), '2:3': (832, 1248), '3:2': (1248, 832), '3:4': (864, 1184), '4:3': (1184, 864),
                   '4:5': (896, 1152), '5:4': (1152, 896), '9:16': (768, 1344), '16:9': (1344, 768), '21:9': (1536, 672)}
@@ -41,8 +42,12 @@ class FakeGemini(FakeServer):
     def _parse(self, req, raw, ctype):
         m = re.fullmatch(r'/(v1|v1beta|v1alpha)/models/([^/:]+):(\w+)', req['path'])
         if req['method'] != 'POST' or not m or m[3] != 'generateContent':
-            raise self._error(404, f"Method not found: {req['method']} {req['path']}. The fake Gemini server implements POST /v1beta/models/{{model}}:generateContent")
-        try: body = json.loads(raw or b'null'); assert isinstance(body, dict)
+            raise self._error(404,
+                              f"Method not found: {req['method']} {req['path']}. The fake Gemini server implements "
+                              f"POST /v1beta/models/{{model}}:generateContent")
+        try:
+            body = json.loads(raw or b'null')
+            assert isinstance(body, dict)
         except (ValueError, AssertionError): raise self._error(400, 'Invalid JSON payload received: the body must be a JSON object.')
         texts, imgs = [], []
         for c in body.get('contents') or []:
@@ -72,17 +77,20 @@ def _ok(self:FakeGemini, req, action):
         parts = []
         if 'TEXT' in mods:
             text = action.text if getattr(action, 'text', None) is not None else self.text_fn(req)
-            parts.append({'text': text}); ntok += self._tokens(text)
+            parts.append({'text': text})
+            ntok += self._tokens(text)
         if 'IMAGE' in mods:
             ar = (gc.get('imageConfig') or {}).get('aspectRatio') or '1:1'
             im = self._image(req, _GEMINI_ASPECT.get(ar, (1024, 1024)), i)
-            parts.append({'inlineData': {'mimeType': 'image/png', 'data': base64.b64encode(png_bytes(im)).decode()}}); ntok += 1290
+            parts.append({'inlineData': {'mimeType': 'image/png', 'data': base64.b64encode(png_bytes(im)).decode()}})
+            ntok += 1290
         cand = {'content': {'role': 'model', 'parts': parts}, 'finishReason': 'STOP', 'index': i}
         if gc.get('responseLogprobs') and 'TEXT' in mods:
             toks = self.logprob_fn(req, parts[0]['text'], int(gc.get('logprobs') or 0))
             cand['logprobsResult'] = {
                 'chosenCandidates': [{'token': t['token'], 'logProbability': t['logprob']} for t in toks],
-                'topCandidates': [{'candidates': [{'token': a['token'], 'logProbability': a['logprob']} for a in t.get('top_logprobs', [])]} for t in toks]}
+                'topCandidates': [{'candidates': [{'token': a['token'], 'logProbability': a['logprob']}
+                                                  for a in t.get('top_logprobs', [])]} for t in toks]}
             cand['avgLogprobs'] = sum(t['logprob'] for t in toks) / max(1, len(toks))
         cands.append(cand)
     return self._wrap(req, candidates=cands, usageMetadata=self._usage(req, ntok))
@@ -97,7 +105,8 @@ def _refuse(self:FakeGemini, req, action):
 @patch
 def _filter(self:FakeGemini, req, action):
     reason = action.reason or ('IMAGE_SAFETY' if self._wants_image(req) else 'SAFETY')
-    ratings = [{'category': c, 'probability': 'HIGH' if i == 0 else 'NEGLIGIBLE', **({'blocked': True} if i == 0 else {})} for i, c in enumerate(_HARM)]
+    ratings = [{'category': c, 'probability': 'HIGH' if i == 0 else 'NEGLIGIBLE',
+                **({'blocked': True} if i == 0 else {})} for i, c in enumerate(_HARM)]
     cand = {'finishReason': reason, 'index': 0, 'safetyRatings': ratings}
     if reason == 'IMAGE_SAFETY': cand['finishMessage'] = 'Unable to show the generated image: it was flagged by the image safety filter.'
     return self._wrap(req, candidates=[cand], usageMetadata=self._usage(req))

@@ -13,8 +13,10 @@ from .server import FakeServer, Reply, parse_multipart, retry_after_str
 
 # %% ../../nbs/03d_testing.fake_openai.ipynb #c259d974
 _OPENAI_REFUSAL_MSG = {
-    'moderation_blocked': 'Your request was rejected by the safety system. If you believe this is an error, contact us at help.openai.com and include the request ID {rid}.',
-    'content_policy_violation': 'Your request was rejected as a result of our safety system. Your prompt may contain text that is not allowed by our safety system.',
+    'moderation_blocked': 'Your request was rejected by the safety system. If you believe this is an error, contact '
+                          'us at help.openai.com and include the request ID {rid}.',
+    'content_policy_violation': 'Your request was rejected as a result of our safety system. Your prompt may contain '
+                                'text that is not allowed by our safety system.',
 }
 _OPENAI_ERROR_TYPE = {'moderation_blocked': 'image_generation_user_error', 'content_policy_violation': 'invalid_request_error'}
 
@@ -46,10 +48,16 @@ class FakeOpenAI(FakeServer):
 
     def _parse(self, req, raw, ctype):
         p, m = req['path'], req['method']
-        if m == 'GET' and p.rstrip('/') == '/v1/models': req['scripted'] = False; return
-        if m == 'GET' and p.startswith('/v1/_files/'): req['scripted'] = False; return
+        if m == 'GET' and p.rstrip('/') == '/v1/models':
+            req['scripted'] = False
+            return
+        if m == 'GET' and p.startswith('/v1/_files/'):
+            req['scripted'] = False
+            return
         if m != 'POST' or p not in ('/v1/chat/completions', '/v1/images/generations', '/v1/images/edits'):
-            raise self._error(404, f'Invalid URL ({m} {p}): the fake OpenAI server implements POST /v1/chat/completions, /v1/images/generations, /v1/images/edits and GET /v1/models')
+            raise self._error(404,
+                              f'Invalid URL ({m} {p}): the fake OpenAI server implements POST /v1/chat/completions, '
+                              '/v1/images/generations, /v1/images/edits and GET /v1/models')
         if p == '/v1/images/edits':
             try: flds, files = parse_multipart(raw, ctype)
             except Exception as e: raise self._error(400, f'images/edits expects multipart/form-data with image file(s) and a prompt: {e}')
@@ -63,7 +71,9 @@ class FakeOpenAI(FakeServer):
         except ValueError: raise self._error(400, 'We could not parse the JSON body of your request. (HINT: send a JSON object.)')
         if not isinstance(body, dict): raise self._error(400, 'The request body must be a JSON object.')
         req.update(body=body, model=body.get('model'))
-        if p == '/v1/images/generations': req['prompt'] = body.get('prompt'); return
+        if p == '/v1/images/generations':
+            req['prompt'] = body.get('prompt')
+            return
         texts, imgs = [], []
         for msg in body.get('messages') or []:
             c = msg.get('content')
@@ -80,7 +90,8 @@ class FakeOpenAI(FakeServer):
 def _ok(self:FakeOpenAI, req, action):
     p = req['path']
     if p == '/v1/models':
-        return Reply(200, {'object': 'list', 'data': [{'id': m, 'object': 'model', 'created': 1700000000, 'owned_by': 'system'} for m in self.models]})
+        return Reply(200, {'object': 'list', 'data': [{'id': m, 'object': 'model', 'created': 1700000000,
+                                                       'owned_by': 'system'} for m in self.models]})
     if p.startswith('/v1/_files/'):
         data = self._files.get(p.rsplit('/', 1)[-1])
         if data is None: raise self._error(404, f'no file {p}: image URLs live only as long as the fake server')
@@ -93,7 +104,8 @@ def _chat(self:FakeOpenAI, req, action, refusal=None, finish='stop'):
     b = req['body']
     n, choices, ntok = int(b.get('n') or 1), [], 0
     for i in range(n):
-        text = None if (refusal or finish == 'content_filter') else (action.text if getattr(action, 'text', None) is not None else self.text_fn(req))
+        text = None if (refusal or finish == 'content_filter') else (action.text
+                                                                     if getattr(action, 'text', None) is not None else self.text_fn(req))
         ch = {'index': i, 'finish_reason': finish, 'logprobs': None,
               'message': {'role': 'assistant', 'content': text, 'refusal': refusal, 'annotations': []}}
         if b.get('logprobs') and text is not None:
@@ -128,22 +140,27 @@ def _images(self:FakeOpenAI, req):
         data.append(item | {'revised_prompt': req['prompt']})
     pt = self._tokens(req['prompt'])
     return Reply(200, {'created': int(time.time()), 'data': data, 'background': 'opaque', 'output_format': 'png',
-                        'size': '{}x{}'.format(*im.size), 'quality': b.get('quality') if b.get('quality') in ('low', 'medium', 'high') else 'medium',
-                        'usage': {'input_tokens': pt + 65 * req['n_images'], 'output_tokens': 272 * len(data), 'total_tokens': pt + 65 * req['n_images'] + 272 * len(data),
+                        'size': '{}x{}'.format(*im.size), 'quality': b.get('quality')
+                        if b.get('quality') in ('low', 'medium', 'high') else 'medium',
+                        'usage': {'input_tokens': pt + 65 * req['n_images'], 'output_tokens': 272 * len(data),
+                                  'total_tokens': pt + 65 * req['n_images'] + 272 * len(data),
                                   'input_tokens_details': {'text_tokens': pt, 'image_tokens': 65 * req['n_images']}}},
                   {'x-request-id': f"req_fake{req['seq']}"})
 
 # %% ../../nbs/03d_testing.fake_openai.ipynb #360bf62b
 @patch
 def _refusal_code(self:FakeOpenAI, req, action):
-    return getattr(action, 'code', None) or self.refusal_code or ('content_policy_violation' if (req['model'] or '').startswith('dall-e') else 'moderation_blocked')
+    return getattr(action, 'code', None) or self.refusal_code or ('content_policy_violation'
+                                                                  if (req['model'] or '').startswith('dall-e') else 'moderation_blocked')
 
 @patch
 def _refuse(self:FakeOpenAI, req, action):
     rid = f"req_fake{req['seq']}"
     if req['path'] == '/v1/chat/completions':
         if action.code is None: return self._chat(req, action, refusal=action.message or "I'm sorry, but I can't help with that request.")
-        return self._error(400, action.message or 'Invalid prompt: your prompt was flagged as potentially violating our usage policy. Please try again with a different prompt.', code=action.code)
+        return self._error(400, action.message
+                           or 'Invalid prompt: your prompt was flagged as potentially violating our usage policy. '
+                              'Please try again with a different prompt.', code=action.code)
     code = self._refusal_code(req, action)
     msg = action.message or _OPENAI_REFUSAL_MSG.get(code, 'Your request was rejected by the safety system.').format(rid=rid)
     return self._error(400, msg, _OPENAI_ERROR_TYPE.get(code, 'image_generation_user_error'), code)
@@ -159,7 +176,9 @@ def _filter(self:FakeOpenAI, req, action):
 @patch
 def _rate_limit(self:FakeOpenAI, req, action):
     wait = f' Please try again in {retry_after_str(action.retry_after)}s.' if action.retry_after is not None else ''
-    r = self._error(429, f"Rate limit reached for {req['model']} in organization org-fake on requests per min (RPM): Limit 5, Used 5, Requested 1.{wait}",
+    r = self._error(429,
+                    f"Rate limit reached for {req['model']} in organization org-fake on requests per min (RPM): "
+                    f"Limit 5, Used 5, Requested 1.{wait}",
                     'requests', 'rate_limit_exceeded')
     if action.retry_after is not None: r.headers['retry-after'] = retry_after_str(action.retry_after)
     return r

@@ -31,7 +31,8 @@ class ServerError:
     status: int = 500  # HTTP status, 500..599
     kind: ClassVar[str] = 'server_error'
     def __post_init__(self):
-        if not 500 <= self.status <= 599: raise ValueError(f"ServerError(status={self.status}): use a 5xx status (500, 502, 503, 504); for refusals use PolicyRefusal, for 429 RateLimit")
+        if not 500 <= self.status <= 599: raise ValueError(f"ServerError(status={self.status}): use a 5xx status "
+                                                           "(500, 502, 503, 504); for refusals use PolicyRefusal, for 429 RateLimit")
 
 @dataclass(frozen=True)
 class Timeout:
@@ -153,7 +154,8 @@ class Script:
 
     def to_json(self) -> dict:
         "A JSON-ready dict (fails for a script with a callable `fn`, which cannot cross processes)."
-        if self.fn is not None: raise ValueError("a Script with a callable `fn` cannot be written as JSON; express it with `rules` (e.g. {'contains': ..., 'action': ..., 'times': n}) and `queue`")
+        if self.fn is not None: raise ValueError("a Script with a callable `fn` cannot be written as JSON; express "
+                                                 "it with `rules` (e.g. {'contains': ..., 'action': ..., 'times': n}) and `queue`")
         return {'queue': [action_to_json(a) for a in self.queue], 'rules': [r.to_json() for r in self.rules],
                 'default': action_to_json(self.default)}
 
@@ -161,7 +163,9 @@ class Script:
     def from_json(cls, d) -> 'Script':
         "Build a Script from its JSON form: a list (the queue) or a dict with `queue`, `rules`, `default`."
         if isinstance(d, list): return cls(queue=d)
-        if not isinstance(d, dict): raise ValueError(f"a JSON script is a list of actions or a dict with 'queue'/'rules'/'default', not {type(d).__name__}")
+        if not isinstance(d,
+                          dict): raise ValueError("a JSON script is a list of actions or a dict with "
+                                                  f"'queue'/'rules'/'default', not {type(d).__name__}")
         if bad := set(d) - {'queue', 'rules', 'default'}:
             raise ValueError(f"unknown script key(s) {sorted(bad)}; use 'queue', 'rules' and 'default'")
         return cls(queue=d.get('queue', ()), rules=d.get('rules', ()), default=d.get('default'))

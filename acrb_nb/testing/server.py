@@ -33,11 +33,14 @@ class Reply(Exception):
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads, request_queue_size, allow_reuse_address = True, 256, True
     def __init__(self, *a, **kw):
-        self.open_socks = set(); super().__init__(*a, **kw)
+        self.open_socks = set()
+        super().__init__(*a, **kw)
     def process_request(self, request, client_address):
-        self.open_socks.add(request); super().process_request(request, client_address)
+        self.open_socks.add(request)
+        super().process_request(request, client_address)
     def shutdown_request(self, request):
-        self.open_socks.discard(request); super().shutdown_request(request)
+        self.open_socks.discard(request)
+        super().shutdown_request(request)
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version, server_version = 'HTTP/1.1', 'acrb-fake/1'
@@ -50,7 +53,8 @@ def _read_body(h) -> bytes:
     if 'chunked' in (h.headers.get('Transfer-Encoding') or '').lower():
         out = b''
         while (n := int(h.rfile.readline().split(b';')[0].strip() or b'0', 16)):
-            out += h.rfile.read(n); h.rfile.readline()
+            out += h.rfile.read(n)
+            h.rfile.readline()
         while h.rfile.readline() not in (b'\r\n', b'\n', b''): pass
         return out
     n = int(h.headers.get('Content-Length') or 0)
@@ -124,7 +128,9 @@ class FakeServer:
         self._thread.join(5)
         self._httpd = self._thread = None
         with self._lock:
-            if self._logf is not None: self._logf.close(); self._logf = None
+            if self._logf is not None:
+                self._logf.close()
+                self._logf = None
 
     def __enter__(self): return self.start()
     def __exit__(self, *exc): self.stop()
@@ -171,7 +177,9 @@ def count_by_prompt(self:FakeServer, path_contains:str|None=None, # count only r
 def reset(self:FakeServer, script=None, # a new script (None: rewind the current one)
          ):
     "Clear the log and rewind the script (or install a new `script`)."
-    with self._lock: self.log.clear(); self._seq = 0
+    with self._lock:
+        self.log.clear()
+        self._seq = 0
     if script is not None: self.script = as_script(script)
     else: self.script.reset()
 
@@ -179,7 +187,9 @@ def reset(self:FakeServer, script=None, # a new script (None: rewind the current
 def _record(self:FakeServer, rec:dict):
     with self._lock:
         self.log.append(rec)
-        if self._logf is not None: self._logf.write(json.dumps(rec) + '\n'); self._logf.flush()
+        if self._logf is not None:
+            self._logf.write(json.dumps(rec) + '\n')
+            self._logf.flush()
 
 # %% ../../nbs/03c_testing.server.ipynb #ab51a4d4
 @patch
@@ -197,8 +207,11 @@ def _serve(self:FakeServer, h):
         reply = self._build(req, action)
     except Reply as r: reply = r
     except Exception as e:
-        import traceback; traceback.print_exc()
-        reply = self._error(500, f'fake {self.api} server failed while handling {path}: {type(e).__name__}: {e}. Check your script / content hooks.')
+        import traceback
+        traceback.print_exc()
+        reply = self._error(500,
+                            f'fake {self.api} server failed while handling {path}: {type(e).__name__}: {e}. Check '
+                            'your script / content hooks.')
         action = None
     hang = isinstance(action, Drop) or (isinstance(action, Timeout) and action.then == 'close')
     self._record(dict(seq=req['seq'], t=t0, api=self.api, method=h.command, path=path, model=req['model'], prompt=req['prompt'],
@@ -215,7 +228,8 @@ def _serve(self:FakeServer, h):
         h.send_header('Content-Length', str(len(reply.body)))
         for k, v in reply.headers.items(): h.send_header(k, v)
         h.end_headers()
-        h.wfile.write(reply.body); h.wfile.flush()
+        h.wfile.write(reply.body)
+        h.wfile.flush()
     except (BrokenPipeError, ConnectionResetError): h.close_connection = True
 
 @patch

@@ -27,7 +27,9 @@ def calibration_split(labels, # gold labels (0/1), one per row
     gen = _rng(seed, "toxicity", "calibration-split")
     cal = np.zeros(len(y), bool)
     for c in (0, 1):
-        idx = np.flatnonzero(y == c); gen.shuffle(idx); cal[idx[:int(round(cal_frac * len(idx)))]] = True
+        idx = np.flatnonzero(y == c)
+        gen.shuffle(idx)
+        cal[idx[:int(round(cal_frac * len(idx)))]] = True
     return cal
 
 def auc_interval(y, # gold labels (0/1)
@@ -52,16 +54,20 @@ def choose_threshold(y_true, # binary labels
                     )->float:
     "The threshold `t` (predict 1 when score > t) that maximises Youden's J or accuracy on labelled data."
     y, s = np.asarray(y_true).astype(int), np.asarray(score, float)
-    ok = np.isfinite(s); y, s = y[ok], s[ok]
+    ok = np.isfinite(s)
+    y, s = y[ok], s[ok]
     if len(s) == 0 or y.min() == y.max():
         raise ValueError("choose_threshold needs finite scores and both classes in the labelled split")
     if method not in ("youden", "accuracy"): raise ValueError(f"method must be 'youden' or 'accuracy', got {method!r}")
-    o = np.argsort(s, kind="mergesort"); s, y = s[o], y[o]
-    n, P = len(s), int(y.sum()); N = n - P
+    o = np.argsort(s, kind="mergesort")
+    s, y = s[o], y[o]
+    n, P = len(s), int(y.sum())
+    N = n - P
     cum = np.concatenate([[0], np.cumsum(y)])  # positives among the i lowest scores
     i = np.arange(n + 1)
     cand = (i == 0) | (i == n) | np.concatenate([[True], s[1:] > s[:-1], [True]])  # cut between distinct values
-    tp = P - cum; fp = (n - i) - tp
+    tp = P - cum
+    fp = (n - i) - tp
     obj = tp / P - fp / N if method == "youden" else (tp + N - fp) / n
     obj = np.where(cand, obj, -np.inf)
     best = np.flatnonzero(obj == obj.max())
@@ -74,7 +80,8 @@ def _binary_metrics(y, yhat, s)->dict:
     y, yhat = np.asarray(y, int), np.asarray(yhat, int)
     tp, fp = int(((yhat == 1) & (y == 1)).sum()), int(((yhat == 1) & (y == 0)).sum())
     fn, tn = int(((yhat == 0) & (y == 1)).sum()), int(((yhat == 0) & (y == 0)).sum())
-    tpr = tp / (tp + fn) if tp + fn else np.nan; fpr = fp / (fp + tn) if fp + tn else np.nan
+    tpr = tp / (tp + fn) if tp + fn else np.nan
+    fpr = fp / (fp + tn) if fp + tn else np.nan
     prec = tp / (tp + fp) if tp + fp else np.nan
     f1 = 2 * prec * tpr / (prec + tpr) if tp else 0.0
     return {"n": len(y), "accuracy": (tp + tn) / len(y), "balanced_accuracy": np.nanmean([tpr, 1 - fpr]),
@@ -83,7 +90,9 @@ def _binary_metrics(y, yhat, s)->dict:
 def _auc(y, s)->float:
     y, s = np.asarray(y, int), np.asarray(s, float)
     if y.min() == y.max(): return np.nan
-    r = pd.Series(s).rank().to_numpy(); P = y.sum(); N = len(y) - P
+    r = pd.Series(s).rank().to_numpy()
+    P = y.sum()
+    N = len(y) - P
     return float((r[y == 1].sum() - P * (P + 1) / 2) / (P * N))
 
 def calibration_report(preds:StageResult|pd.DataFrame, # output of `score_dataset` (or its rows), with a label column
@@ -94,7 +103,8 @@ def calibration_report(preds:StageResult|pd.DataFrame, # output of `score_datase
                        seed:int=0, # seeds the calibration/evaluation split
                        content_free:float|None=None, # content-free log-odds (default: the `score_dataset` summary's `content_free_score`)
                       )->pd.DataFrame:
-    "Accuracy, balanced accuracy, F1, TPR/FPR and AUC on held-out rows for `score > 0`, a chosen threshold, contextual calibration and the majority baseline."
+    """Accuracy, balanced accuracy, F1, TPR/FPR and AUC on held-out rows for `score > 0`, a chosen threshold,
+    contextual calibration and the majority baseline."""
     cf = preds.summary.get("content_free_score") if isinstance(preds, StageResult) else None
     if content_free is not None: cf = content_free
     if isinstance(preds, StageResult): preds = preds.rows
@@ -136,7 +146,9 @@ def plot_scores(preds:StageResult|pd.DataFrame, # output of `score_dataset` (or 
     thr = report if report is not None else pd.DataFrame({"rule": ["score > 0"], "threshold": [0.0]})
     for (_, r), ls in zip(thr.dropna(subset=["threshold"]).iterrows(), ("-", "--", ":", "-.")):
         ax.axvline(r["threshold"], color="k", ls=ls, lw=1, label=r["rule"])
-    ax.set_xlabel(f"score = log P({labels[0]}) − log P({labels[1]})"); ax.set_ylabel("rows"); ax.legend(fontsize=7)
+    ax.set_xlabel(f"score = log P({labels[0]}) − log P({labels[1]})")
+    ax.set_ylabel("rows")
+    ax.legend(fontsize=7)
     return ax
 
 # %% ../../nbs/21b_toxicity.calibration.ipynb #45ba64c8

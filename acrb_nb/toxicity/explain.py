@@ -27,16 +27,20 @@ ZERO_ID = -1 # token id that the IG embedding wrapper maps to the zero vector (i
 
 def ig_embedding(emb, # the model's input embedding module
                 ):
-    "A module wrapping `emb` (the layer IG attributes to): id `ZERO_ID` gives the zero vector, ids −2, −3, … the rows of its `virtual` table."
+    """A module wrapping `emb` (the layer IG attributes to): id `ZERO_ID` gives the zero vector, ids −2, −3, … the
+    rows of its `virtual` table."""
     import torch
     class IGEmbedding(torch.nn.Module):
         "Input embeddings; negative ids index `virtual` (row 0, id −1, is the zero vector)."
         def __init__(self, emb):
-            super().__init__(); self.emb = emb
-            w = emb.weight; self.virtual = torch.zeros(1, w.shape[1], dtype=w.dtype, device=w.device)
+            super().__init__()
+            self.emb = emb
+            w = emb.weight
+            self.virtual = torch.zeros(1, w.shape[1], dtype=w.dtype, device=w.device)
         def set_virtual(self, vecs)->list:
             "Register vectors that are no token (baselines); returns the ids that stand for them."
-            self.virtual = torch.cat([self.virtual[:1], vecs.to(self.virtual)]); return [-2 - i for i in range(len(vecs))]
+            self.virtual = torch.cat([self.virtual[:1], vecs.to(self.virtual)])
+            return [-2 - i for i in range(len(vecs))]
         def forward(self, ids):
             e = self.emb(ids.clamp(min=0))
             if not bool((ids < 0).any()): return e
@@ -59,7 +63,9 @@ class LabelMargin:
         L = max(len(l) for l in row.labels)
         lab = torch.zeros((1, len(row.labels), L), dtype=torch.long)
         valid = torch.zeros((1, len(row.labels), L), dtype=torch.bool)
-        for k, (l, s) in enumerate(zip(row.labels, row.skip)): lab[0, k, :len(l)] = torch.tensor(l); valid[0, k, s:len(l)] = True
+        for k, (l, s) in enumerate(zip(row.labels, row.skip)):
+            lab[0, k, :len(l)] = torch.tensor(l)
+            valid[0, k, s:len(l)] = True
         self.lab, self.valid = lab.to(self.dev), valid.to(self.dev)
         self.ids = torch.tensor([row.ids[:row.m]], device=self.dev)
 
@@ -132,7 +138,8 @@ def integrated_gradients(fn:LabelMargin, # the margin function of one row
     mdl, fe = getattr(fn, "model", None), getattr(fn, "from_embeds", None)
     with (_input_grads_only(mdl) if mdl is not None else contextlib.nullcontext()):
         if fe is None:
-            attr = LayerIntegratedGradients(fn, fn.embed).attribute(x, baselines=b, n_steps=n_steps, internal_batch_size=internal_batch_size)
+            attr = LayerIntegratedGradients(fn, fn.embed).attribute(x, baselines=b, n_steps=n_steps,
+                                                                    internal_batch_size=internal_batch_size)
             with torch.no_grad(): fx, fb = float(fn(x)[0]), float(fn(b)[0])
         else:
             with torch.no_grad(): xe, be = fn.embed(x), fn.embed(b)
@@ -160,7 +167,8 @@ def ig_per_step_loop(f_embeds:Callable, # prompt embeddings [1, T, d] -> output 
 
 # %% ../../nbs/22_toxicity.explain.ipynb #c04d725f
 BASELINES = ("mean", "zero", "pad", "filler", "uniform", "blur", "expected", "mask") # `explain_rows(baseline=...)` choices
-NO_TEXT_BASELINES = ("filler", "mean", "zero", "pad", "uniform") # the candidates that remove the text's content (blur keeps a smoothed copy; expected is random text)
+NO_TEXT_BASELINES = ("filler", "mean", "zero", "pad",
+                     "uniform") # the candidates that remove the text's content (blur keeps a smoothed copy; expected is random text)
 FILLER = " ." # the filler baseline's text: one neutral token, repeated in place of every text token
 
 def baseline_ids(row:EncodedPrompt, # the encoded row
@@ -177,7 +185,8 @@ def baseline_ids(row:EncodedPrompt, # the encoded row
         b = getattr(tokenizer, "mask_token_id", None)
         if b is None: raise ValueError("this tokenizer has no mask token (causal LMs rarely do); use baseline='zero' or 'pad'")
     elif baseline == "filler": b = tokenizer(filler, add_special_tokens=False)["input_ids"][-1]
-    else: raise ValueError(f"baseline must be 'zero', 'pad', 'mask' or 'filler' here (see `baseline_inputs` for {BASELINES}), got {baseline!r}")
+    else: raise ValueError("baseline must be 'zero', 'pad', 'mask' or 'filler' here (see `baseline_inputs` for "
+                           f"{BASELINES}), got {baseline!r}")
     if scope not in ("text", "all"): raise ValueError(f"baseline_scope must be 'text' or 'all', got {scope!r}")
     ids = list(row.ids[:row.m])
     a, z = (row.text_span[0], min(row.text_span[1], row.m)) if scope == "text" else (0, len(ids))
@@ -208,7 +217,8 @@ def baseline_inputs(fn:LabelMargin, # the row's margin function (vectors that ar
         return [put(fn.embed.set_virtual(lo + (hi - lo) * torch.rand(n, W.shape[1], generator=g, dtype=W.dtype)))]
     if baseline == "blur":
         k = torch.arange(n, dtype=W.dtype)
-        K = torch.exp(-0.5 * ((k[:, None] - k[None]) / sigma) ** 2); K = K / K.sum(1, keepdim=True)
+        K = torch.exp(-0.5 * ((k[:, None] - k[None]) / sigma) ** 2)
+        K = K / K.sum(1, keepdim=True)
         return [put(fn.embed.set_virtual(K @ W[torch.tensor(ids[a:z], dtype=torch.long)]))]
     pool = torch.tensor(list(corpus) if corpus is not None and len(corpus) else ids[a:z] or [pad_token_id(tokenizer)])
     return [put(pool[torch.randint(len(pool), (n,), generator=g)].tolist()) for _ in range(int(n_samples))]
@@ -351,7 +361,8 @@ def explain_rows(data, # DataFrame, list of texts, or parquet/CSV path (as in `s
                 )->StageResult:
     "Integrated-gradients token attributions of the zero-shot label margin for selected rows; summary and model fingerprint."
     if isinstance(data, (str, Path)):
-        p = Path(data); data = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
+        p = Path(data)
+        data = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
     df = pd.DataFrame({text_col: list(data)}) if not isinstance(data, pd.DataFrame) else data
     if text_col not in df.columns: raise ValueError(f"column {text_col!r} not in the data; columns are {list(df.columns)}")
     if rows is None: sel = df
@@ -383,7 +394,9 @@ def explain_rows(data, # DataFrame, list of texts, or parquet/CSV path (as in `s
     if len(failed): raise RuntimeError(f"IG failed for {len(failed)} row(s): {failed['error'].iloc[0]}")
     out_rows, secs = [], []
     for idx, k in zip(sel.index, keys):
-        r = dict(got[k]); r.pop("outcome", None); secs.append(r.pop("seconds", None))  # timings: summary, not rows
+        r = dict(got[k])
+        r.pop("outcome", None)
+        secs.append(r.pop("seconds", None))  # timings: summary, not rows
         out_rows.append({"idx": idx, **r, "flagged": not r["converged"]})
     ig = pd.DataFrame(out_rows)
     gap = (ig["score"] - ig["f_baseline"]).abs() if len(ig) else pd.Series(dtype=float)
@@ -394,10 +407,13 @@ def explain_rows(data, # DataFrame, list of texts, or parquet/CSV path (as in `s
                **{k: v for k, v in res.summary.items() if k in ("items", "cached", "called", "done", "failed", "executor",
                                                                "actors", "worker_deaths", "resubmitted_items")}}
     if heatmap_dir is not None:
-        hd = Path(heatmap_dir); hd.mkdir(parents=True, exist_ok=True)
+        hd = Path(heatmap_dir)
+        hd.mkdir(parents=True, exist_ok=True)
         ig["heatmap"] = [str(plot_attributions(r, path=hd / f"row{r['idx']}.png")) for _, r in ig.iterrows()]
     if out is not None:
-        out = Path(out); out.parent.mkdir(parents=True, exist_ok=True); ig.to_parquet(out, index=False)
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        ig.to_parquet(out, index=False)
     return StageResult(ig, summary, fp)
 
 # %% ../../nbs/22_toxicity.explain.ipynb #c9178e8b
@@ -427,7 +443,9 @@ def plot_attributions(r, # one row of `explain_rows` (Series or dict)
     ax.set_title(f"row {r['idx']}: score {r['score']:+.2f}, delta {r['delta']:+.3f}{' (flagged)' if r.get('flagged') else ''}",
                  fontsize=9)
     if path is not None:
-        ax.figure.tight_layout(); ax.figure.savefig(path, dpi=110); plt.close(ax.figure)
+        ax.figure.tight_layout()
+        ax.figure.savefig(path, dpi=110)
+        plt.close(ax.figure)
         return Path(path)
     return ax
 

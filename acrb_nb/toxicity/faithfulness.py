@@ -38,7 +38,8 @@ def perturbation_curves(ig:StageResult|pd.DataFrame, # output of `explain_rows` 
     for _, r in ig.iterrows():
         ids, txt = list(r["token_ids"]), set(np.flatnonzero(np.asarray(r["is_text"], bool)).tolist())
         sign, n = (1.0 if r["score"] > 0 else -1.0), len(txt)
-        seqs += [ids, [t for i, t in enumerate(ids) if i not in txt]]; refs += [r, r]
+        seqs += [ids, [t for i, t in enumerate(ids) if i not in txt]]
+        refs += [r, r]
         meta += [(r["idx"], "full", "", 0, 0.0, 0, sign), (r["idx"], "empty", "", 0, 0.0, 0, sign)]
         for name, j, order in _orders(r, n_random, seed):
             for f in fractions:
@@ -46,7 +47,8 @@ def perturbation_curves(ig:StageResult|pd.DataFrame, # output of `explain_rows` 
                 top = set(order[:k].tolist())
                 for mode in modes:
                     keep = (lambda i: i not in top) if mode == "deletion" else (lambda i: i not in txt or i in top)
-                    seqs.append([t for i, t in enumerate(ids) if keep(i)]); refs.append(r)
+                    seqs.append([t for i, t in enumerate(ids) if keep(i)])
+                    refs.append(r)
                     meta.append((r["idx"], mode, name, j, f, k, sign))
     d = pd.DataFrame(meta, columns=["idx", "mode", "order", "rep", "fraction", "k", "sign"])
     d["margin"] = np.asarray(margins(seqs, refs), float)
@@ -82,7 +84,8 @@ def lm_margins(model, # a registry name, adapter, or (model, tokenizer): the mod
                **model_kw, # options for `resolve_model`
               )->Callable:
     "A `margins` function for `perturbation_curves`: re-score token-id lists with the rows' teacher-forced labels."
-    lm = resolve_model(model, **model_kw); parts = hf_parts(lm)
+    lm = resolve_model(model, **model_kw)
+    parts = hf_parts(lm)
     if parts is None: raise TypeError("deletion and insertion curves need a local transformers model")
     mdl, tok = parts
     def margins(seqs, rows):
@@ -130,7 +133,9 @@ def plot_deletion(curve:StageResult|pd.DataFrame, # output of `deletion_curve` (
             s = c[c["order"] == name].groupby("fraction")["drop"].mean()
             a.plot([0, *s.index], [0, *s.values], st, label=f"{name} (AOPC {c.loc[c.order == name, 'drop'].mean():.3f})")
         a.set_xlabel(f"share of text tokens {'removed' if m == 'deletion' else 'inserted'}")
-        a.set_ylabel(f"margin {'lost' if m == 'deletion' else 'gained'} (predicted label)"); a.legend(fontsize=8); a.set_title(m, fontsize=9)
+        a.set_ylabel(f"margin {'lost' if m == 'deletion' else 'gained'} (predicted label)")
+        a.legend(fontsize=8)
+        a.set_title(m, fontsize=9)
     return axs[0] if len(axs) == 1 else axs
 
 # %% ../../nbs/22a_toxicity.faithfulness.ipynb #10481826
@@ -147,7 +152,8 @@ def compare_baselines(data, # rows to explain (a DataFrame with a text column, a
     from acrb_nb.toxicity.explain import explain_rows
     out = []
     for b in baselines:
-        igr = explain_rows(data, model, rows=rows, baseline=b, seed=seed, progress=False, **ig_kw); ig = igr.rows
+        igr = explain_rows(data, model, rows=rows, baseline=b, seed=seed, progress=False, **ig_kw)
+        ig = igr.rows
         cur = deletion_curve(ig, model, n_random=n_random, seed=seed, modes=("deletion", "insertion"), n_boot=n_boot)
         gap = (ig["score"] - ig["f_baseline"]).abs()
         rec = {"baseline": b, "rows": len(ig), "gap_ge_0.5": float((gap >= 0.5).mean()), "median_gap": float(gap.median()),

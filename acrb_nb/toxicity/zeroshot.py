@@ -189,10 +189,14 @@ class PromptEncoder:
         out, info = [], []
         for i, (t, b) in enumerate(zip(texts, budgets)):
             ids = enc["input_ids"][i]
-            if len(ids) <= b: out.append(t); info.append((len(ids), len(ids), False)); continue
+            if len(ids) <= b:
+                out.append(t)
+                info.append((len(ids), len(ids), False))
+                continue
             b = max(b, 0)
             cut = t[:enc["offset_mapping"][i][b][0]] if fast else self.tok.decode(ids[:b])
-            out.append(cut); info.append((len(ids), b, True))
+            out.append(cut)
+            info.append((len(ids), b, True))
         return out, info
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #9cd7134f
@@ -268,13 +272,17 @@ def collate(rows:Sequence[EncodedPrompt], # encoded prompts (one batch)
     B, K = len(rows), len(rows[0].labels)
     P = min(_common_prefix([r.ids[:r.m] for r in rows]), min(r.m for r in rows) - 1) if share_prefix else 0
     T, L = max(r.m for r in rows) - P, max(len(l) for r in rows for l in r.labels)
-    ids = torch.full((B, T), pad_id, dtype=torch.long); am = torch.zeros((B, T), dtype=torch.long)
-    lab = torch.full((B, K, L), pad_id, dtype=torch.long); valid = torch.zeros((B, K, L), dtype=torch.bool)
+    ids = torch.full((B, T), pad_id, dtype=torch.long)
+    am = torch.zeros((B, T), dtype=torch.long)
+    lab = torch.full((B, K, L), pad_id, dtype=torch.long)
+    valid = torch.zeros((B, K, L), dtype=torch.bool)
     for b, r in enumerate(rows):
         n = r.m - P
-        ids[b, T - n:] = torch.tensor(r.ids[P:r.m]); am[b, T - n:] = 1
+        ids[b, T - n:] = torch.tensor(r.ids[P:r.m])
+        am[b, T - n:] = 1
         for k, (l, s) in enumerate(zip(r.labels, r.skip)):
-            lab[b, k, :len(l)] = torch.tensor(l); valid[b, k, s:len(l)] = True
+            lab[b, k, :len(l)] = torch.tensor(l)
+            valid[b, k, s:len(l)] = True
     return {"input_ids": ids.to(device), "attention_mask": am.to(device), "label_ids": lab.to(device),
             "label_valid": valid.to(device), "prefix_ids": torch.tensor(rows[0].ids[:P], dtype=torch.long).to(device)}
 
@@ -287,7 +295,8 @@ def batches_by_length(lengths:Sequence[int], # token length of each row
     out, cur = [], []
     for i in order:
         if cur and (len(cur) >= batch_size or (max_batch_tokens and (len(cur) + 1) * lengths[cur[0]] > max_batch_tokens)):
-            out.append(cur); cur = []
+            out.append(cur)
+            cur = []
         cur.append(i)
     if cur: out.append(cur)
     return out
@@ -351,7 +360,9 @@ def label_logprobs(model, # a transformers causal LM
         logits = model(**fkw, attention_mask=am, use_cache=False).logits[:, -L:]
         lp = torch.log_softmax(logits.float(), -1).gather(-1, label_ids.reshape(B * K, L, 1)).reshape(B, K, L)
         return torch.where(label_valid, lp, torch.zeros_like(lp)).sum(-1)
-    if prefix_cache is not None: cache = copy.deepcopy(prefix_cache); P = cache.get_seq_length()
+    if prefix_cache is not None:
+        cache = copy.deepcopy(prefix_cache)
+        P = cache.get_seq_length()
     else:
         P = int(prefix_embeds.shape[1]) if prefix_embeds is not None else (0 if prefix_ids is None else int(len(prefix_ids)))
         cache = prefix_kv(model, prefix_ids=prefix_ids, prefix_embeds=prefix_embeds) if P else None
@@ -448,7 +459,8 @@ class _AdapterBackend:
             for k in kept: self.limiter.acquire(len(k) / 4 + 64)
         r = self.lm.score([self.task.messages(t) for t in kept], list(self.task.labels), **self.kw)
         S, det = (r if isinstance(r, tuple) else (r, {}))
-        miss = det.get("missing", np.zeros(S.shape, bool)); ref = det.get("refusal", [None] * len(texts))
+        miss = det.get("missing", np.zeros(S.shape, bool))
+        ref = det.get("refusal", [None] * len(texts))
         return [{"lp_pos": float(S[i, 0]), "lp_neg": float(S[i, 1]), "score": float(S[i, 0] - S[i, 1]),
                  "truncated": len(k) < len(t), "n_text_tokens": None, "n_text_tokens_kept": None, "n_prompt_tokens": None,
                  "n_label_tokens_pos": 1, "n_label_tokens_neg": 1, "label_missing": bool(miss[i].any()),
@@ -457,7 +469,8 @@ class _AdapterBackend:
         "How the row was scored: log-probabilities (label mass, whole-token labels) or sampled answers (counts, Wilson interval)."
         meth = (det.get("method") or [None] * (i + 1))[i] or "logprobs"
         if meth == "sampled" and (det.get("counts") or [None] * (i + 1))[i]:
-            c = det["counts"][i]; lo, hi = binom_ci(c[0], c[0] + c[1]) if c[0] + c[1] else (np.nan, np.nan)
+            c = det["counts"][i]
+            lo, hi = binom_ci(c[0], c[0] + c[1]) if c[0] + c[1] else (np.nan, np.nan)
             return {"score_method": meth, "label_mass": (c[0] + c[1]) / max(sum(c), 1), "n_samples": int(sum(c)),
                     "count_pos": int(c[0]), "count_neg": int(c[1]), "prob_lo": float(lo), "prob_hi": float(hi)}
         top = (det.get("top") or [None] * (i + 1))[i] or []
@@ -500,7 +513,8 @@ def _zs_work(lm, # the loaded TextLM (in this process, or in a Ray worker)
         groups = [[x] for x in todo] if backend.per_row else ([todo] if todo else [])
         recs = []
         for g in groups:
-            rs = backend.score([t for _, t in g]); recs += rs
+            rs = backend.score([t for _, t in g])
+            recs += rs
             for (k, _), rec in zip(g, rs): blobs.put(k, _row_record(rec))
         return _batch_record(recs)
     work.backend = backend
@@ -525,7 +539,9 @@ def expand_batch_rows(store:ItemStore, # the driver's store
         if not rows: continue  # unfinished (its rows are still to do) or a batch whose rows were written first
         have = store.status_of([k for k, _ in rows])
         for k, rec in rows:
-            if have.get(k) != "done": store.put(k, rec); n += 1
+            if have.get(k) != "done":
+                store.put(k, rec)
+                n += 1
     if batch_keys is None and pending: store.set_meta(_PENDING, "[]")  # after the rows: a crash here only repeats this
     return n
 
@@ -536,7 +552,8 @@ def _passes(run:Callable, retry_failed:bool)->StageResult:
         again = run(True)
         s = {k: v + again.summary.get(k, 0) for k, v in res.summary.items()
              if isinstance(v, int) and k in ("worker_deaths", "actor_restarts", "resubmitted_items", "worker_lost")}
-        rows = res.rows.set_index("key"); rows.update(again.rows.set_index("key")[["status", "error"]])
+        rows = res.rows.set_index("key")
+        rows.update(again.rows.set_index("key")[["status", "error"]])
         res = StageResult(rows.reset_index(), s, res.model_info)
     return res
 
@@ -622,7 +639,8 @@ def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
                   limiter:RateLimiter|None=None, # API models: the provider's budget, e.g. `RateLimiter(rpm=500, tpm=200_000)`
                   **model_kw, # options for `resolve_model` (device, dtype, revision, ...)
                  )->StageResult:
-    "Zero-shot label scores for every row (the seed's `zs_preds` columns plus probability, calibration and truncation), the run's summary, the model fingerprint."
+    """Zero-shot label scores for every row (the seed's `zs_preds` columns plus probability, calibration and
+    truncation), the run's summary, the model fingerprint."""
     if isinstance(data, (str, Path)):
         p = Path(data)
         data = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
@@ -672,5 +690,7 @@ def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
         warnings.warn(f"{summary['failed_batches']} batch(es) failed ({summary['errors']}); their rows have NaN scores "
                       f"and scored=False. Re-run with the same `run` and retry_failed=True to retry only them.")
     if out is not None:
-        out = Path(out); out.parent.mkdir(parents=True, exist_ok=True); res.to_parquet(out, index=False)
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        res.to_parquet(out, index=False)
     return StageResult(res, summary, fp)
