@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from pathlib import Path
 from typing import Any, Callable, Mapping
 from fastcore.basics import patch
+from fastcore.meta import delegates
 from .store import ItemStore, Run
 from .runner import RetryPolicy, RateLimiter, StageResult, run_items, rate_limiter
 from .ray_exec import RayWorkerPool, ray_init
@@ -23,7 +24,9 @@ API_BACKENDS = ("openai", "google-genai")  # registry back-ends whose cost is a 
 
 @dataclasses.dataclass(frozen=True)
 class Execution:
-    "Where local-model stages run — `local` threads or `ray` actors — and with what resources. Not part of a RunSpec."
+    """How a study runs — where its model work goes (threads or Ray actors, with what resources) and how items are
+    paced, retried, resumed and shown. The one run-options value every study entry point, stage, template and the CLI
+    take (as `execution`). Not part of a RunSpec: no key depends on it, so any two settings fill and resume one store."""
     executor:str="local" # "local" (threads in this process) or "ray" (actors, one model per worker)
     address:str|None=None # Ray to join: None starts a local Ray; "auto" joins this node's cluster; "ray://head:10001"
     num_actors:int|None=None # Ray workers per stage (None: as many as the cluster's free CPUs/GPUs allow)
@@ -33,6 +36,12 @@ class Execution:
     torch_threads:int|None=None # torch threads per worker (None: Ray's default, = num_cpus)
     max_restarts:int=4 # Ray restarts of a dead worker (each reloads the model)
     max_worker_deaths:int=3 # an item whose worker died this often is stored as failed ('worker_lost')
+    max_workers:int|None=None # local threads per stage (None: the budget's concurrency, else the adapter's `max_concurrency`, else 4)
+    budget:Any=dataclasses.field(default=None, hash=False) # API models' requests/min and concurrency (`Budget.of`; None: declared)
+    limiter:RateLimiter|None=dataclasses.field(default=None, compare=False) # one limiter for every API stage; wins over budget's rpm
+    retry:RetryPolicy=RetryPolicy() # transient errors (429, 5xx, timeouts): retried with backoff, never counted as refusals
+    retry_failed:bool=False # re-attempt the items stored as failed (finished items are never called again)
+    progress:bool|None=None # progress bars (None: on when a terminal or notebook shows them; ACRB_PROGRESS=0 turns them off)
 
     def __post_init__(self):
         if self.executor not in EXECUTORS:
@@ -40,29 +49,55 @@ class Execution:
         if self.num_actors is not None and (isinstance(self.num_actors, bool) or int(self.num_actors) != self.num_actors
                                             or self.num_actors < 1):
             raise ValueError(f"num_actors must be an integer ≥ 1 or None, got {self.num_actors!r}")
-        if self.num_cpus < 0 or self.num_gpus < 0: raise ValueError(f"num_cpus/num_gpus must be ≥ 0, got {self.num_cpus}, {self.num_gpus}")
+        if self.num_cpus < 0 or self.num_gpus < 0:
+            raise ValueError(f"num_cpus/num_gpus must be ≥ 0, got {self.num_cpus}, {self.num_gpus}")
         if self.num_cpus == 0 and self.num_gpus == 0: raise ValueError("a Ray worker needs num_cpus > 0 or num_gpus > 0")
         for n in ("batch_size", "max_worker_deaths"):
             if int(getattr(self, n)) < 1: raise ValueError(f"{n} must be ≥ 1, got {getattr(self, n)}")
+        if self.max_workers is not None and (isinstance(self.max_workers, bool) or int(self.max_workers) != self.max_workers
+                                             or self.max_workers < 1):
+            raise ValueError(f"max_workers must be an integer ≥ 1 or None, got {self.max_workers!r}")
+        if isinstance(self.retry, Mapping): object.__setattr__(self, "retry", RetryPolicy(**self.retry))
+        if not isinstance(self.retry, RetryPolicy):
+            raise TypeError(f"retry must be a RetryPolicy or a dict of its fields, got {type(self.retry).__name__}")
+        if self.budget is not None: Budget.of(self.budget)  # checked whole now (a per-model mapping too)
 
     @classmethod
     def of(cls, execution:"str|Execution|Mapping|None"="local", # "local", "ray", a dict of Execution fields, an Execution, or None (local)
+           **changes, # fields to set on top (e.g. the template's `retry_failed=True`, `budget=...`)
           )->"Execution":
-        "The one way every study, template and the CLI read their `execution` option: `Execution.of({'executor': 'ray', 'num_gpus': 1})`."
-        if isinstance(execution, Execution): return execution
-        if execution is None: return cls()
-        if isinstance(execution, str): return cls(executor=execution)
-        if not isinstance(execution, Mapping):
+        "The one way every study, template and the CLI read their `execution`: `Execution.of({'executor': 'ray', 'num_gpus': 1})`."
+        if isinstance(execution, Execution): ex = execution
+        elif execution is None: ex = cls()
+        elif isinstance(execution, str): ex = cls(executor=execution)
+        elif not isinstance(execution, Mapping):
             raise TypeError(f"execution must be 'local', 'ray', a dict of Execution fields or an Execution, "
                             f"got {type(execution).__name__}")
+        else:
+            cls._check_names(execution)
+            ex = cls(**execution)
+        if not changes: return ex
+        cls._check_names(changes)
+        return dataclasses.replace(ex, **changes)
+
+    @classmethod
+    def _check_names(cls, d:Mapping):
         known = [f.name for f in dataclasses.fields(cls)]
-        if unknown := sorted(set(execution) - set(known)):
+        if unknown := sorted(set(d) - set(known)):
             raise ValueError(f"unknown execution settings {unknown}; known: {known}")
-        return cls(**execution)
 
     @property
     def is_ray(self)->bool: return self.executor == "ray"
-    def to_dict(self)->dict: return dataclasses.asdict(self)
+    def replace(self, **changes)->"Execution":
+        "A copy with `changes` (e.g. `progress=False` for one stage)."
+        return Execution.of(self, **changes)
+    def to_dict(self)->dict:
+        "JSON-ready fields for a run's manifest (the limiter object is named, not serialized)."
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "limiter"}
+        d["retry"] = dataclasses.asdict(self.retry)
+        if dataclasses.is_dataclass(self.budget): d["budget"] = dataclasses.asdict(self.budget)  # a `Budget`
+        if self.limiter is not None: d["limiter"] = {"rpm": getattr(self.limiter, "rpm", None)}
+        return d
     def pool_kwargs(self)->dict:
         "`RayWorkerPool` arguments."
         return dict(num_actors=self.num_actors, num_cpus=self.num_cpus, num_gpus=self.num_gpus,
@@ -190,11 +225,12 @@ def is_loopback(host:str|None, # a host name or address
     return bool(host) and (host in ("localhost", "::1") or host.startswith("127."))
 
 def resolve_budget(adapter, # the loaded adapter: its describe(), declared `rpm` and `max_concurrency`
-                   budget=None, # see `Budget.of`
-                   max_workers:int|None=None, # an explicit thread count wins over every budget
-                   limiter:RateLimiter|None=None, # an explicit limiter wins over every rpm
+                   execution:Execution|str|Mapping|None=None, # its `budget`, `max_workers` (wins over every concurrency), `limiter`
                   )->tuple:
-    "(limiter or None, worker threads, what was applied) for a local run: an API adapter's declared budget, overridden by `budget`."
+    """(limiter or None, worker threads, what was applied) for a local run: an API adapter's declared budget,
+    overridden by the execution's `budget`."""
+    ex = Execution.of(execution)
+    budget, max_workers, limiter = ex.budget, ex.max_workers, ex.limiter
     info = adapter.describe() or {}
     if info.get("backend") not in API_BACKENDS:  # a local model: its hardware is the limit
         workers = int(max_workers or getattr(adapter, "max_concurrency", None) or DEFAULT_CONCURRENCY)
@@ -232,19 +268,15 @@ class ModelSession:
     def __init__(self, model, # an Adapter (local, or API-bound) or an AdapterRef (created where it runs)
                  make_work:Callable, # (model, blobs) -> fn(item) -> record; module level (Ray pickles it)
                  store:ItemStore|Run, # where records go (the driver's)
-                 execution:Execution|str|Mapping|None=None, # where to run (coerced by `Execution.of`; None: local)
+                 execution:Execution|str|Mapping|None=None, # how to run (`Execution.of`; None: local threads)
                  *, describe:Callable=describe_model, # work -> the model info keys are made from (module level)
-                 limiter:RateLimiter|None=None, # provider rate limiter for local runs (API-bound models); wins over `budget`'s rpm
-                 budget:"Budget|str|Mapping|None"=None, # API models: requests per minute and concurrency (`Budget.of`; None: declared)
                 ):
         self.model, self.make_work, self.store, self.describe = model, make_work, store, describe
-        Budget.of(budget)
-        self.budget = budget  # checked now; a per-model mapping is resolved for the model in `run`
-        self.execution = Execution.of(execution)
+        self.execution = Execution.of(execution)  # its budget is checked now, resolved for the model in `run`
         self.where, self.why = placement(model, self.execution)
-        if limiter is not None and self.where == "ray":
+        if self.execution.limiter is not None and self.where == "ray":
             raise ValueError("a rate limiter is for API-bound stages, which run locally; drop it for a local model on Ray")
-        self.limiter, self._work, self._pool, self._info = limiter, None, None, None
+        self._work, self._pool, self._info = None, None, None
 
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
@@ -290,53 +322,43 @@ def close(self:ModelSession):
 @patch
 def run(self:ModelSession, items:list, # work items
         *, key:Callable[[Any], str], # item -> key (from `info`: the same on both executors)
-        max_workers:int|None=None, # local threads (default: the budget's concurrency, else the adapter's `max_concurrency`, else 4)
-        retry:RetryPolicy=RetryPolicy(), # transient-error policy
-        retry_failed:bool=False, # re-attempt only the items stored as failed
         seed:int=0, # retry jitter seed
         prepare:Callable[[Any], Any]|None=None, # item -> what a Ray worker receives (attach file bytes); unused locally
-        progress:bool|None=None, # progress bar
         desc:str="items", # progress bar label
         requests:Callable[[Any], int]|None=None, # item -> provider requests it makes (default 1), for the rate limiter
        )->StageResult:
     "Run `items` through the model where it lives; the summary says where (`executor`, `placement`), `model_info` is `info`."
     self.start()
     if self.where == "local":
-        lim, mw, paced = resolve_budget(self._work.model, self.budget, max_workers, self.limiter)
+        ex = self.execution
+        lim, mw, paced = resolve_budget(self._work.model, ex)
         api = (self._work.model.describe() or {}).get("backend") in API_BACKENDS
-        res = run_items(self._work, items, self.store, key=key, max_workers=mw, limiter=lim, retry=retry,
-                        retry_failed=retry_failed, seed=seed, progress=progress, desc=desc, requests=requests,
+        res = run_items(self._work, items, self.store, key=key, max_workers=mw, limiter=lim, retry=ex.retry,
+                        retry_failed=ex.retry_failed, seed=seed, progress=ex.progress, desc=desc, requests=requests,
                         count_as="api_requests" if api else "local_calls")
         summary = {**res.summary, "executor": "local", "placement": self.why, "budget": paced,
                    "counted_as": "api_requests" if api else "local_calls"}
     else:
-        res = self._pool.run(items, self.store, key=key, batch_size=self.execution.batch_size, retry=retry,
-                             retry_failed=retry_failed, seed=seed, max_worker_deaths=self.execution.max_worker_deaths,
-                             prepare=prepare, progress=progress, desc=desc,
+        ex = self.execution
+        res = self._pool.run(items, self.store, key=key, batch_size=ex.batch_size, retry=ex.retry,
+                             retry_failed=ex.retry_failed, seed=seed, max_worker_deaths=ex.max_worker_deaths,
+                             prepare=prepare, progress=ex.progress, desc=desc,
                              count_as="local_calls")  # Ray runs local models only: API-bound stages stay on threads
         summary = {**res.summary, "placement": self.why, "counted_as": "local_calls"}
     return StageResult(res.rows, summary, self.info)
 
 # %% ../nbs/06a_execution.ipynb #07a89b96
+@delegates(ModelSession.run, but=["key"])
 def run_model_items(model, # an Adapter (local only, or API-bound) or an AdapterRef (created where it runs)
                     make_work:Callable, # (model, blobs) -> fn(item) -> record; pickled to Ray workers, so module-level
                     items, # list of work items, or `info -> list` when they depend on the model's `describe()`
                     store:ItemStore|Run, # where records go (the driver's)
                     *, key_of:Callable[[dict, Any], str], # (model info, item) -> key, the same on both executors
-                    execution:Execution|str|Mapping|None=None, # where to run (coerced by `Execution.of`; None: local)
-                    max_workers:int|None=None, # local threads (default: the adapter's `max_concurrency`, else 4)
-                    limiter:RateLimiter|None=None, # provider rate limiter (local/API only); wins over `budget`'s rpm
-                    budget:"Budget|str|Mapping|None"=None, # API models: rpm and concurrency (`Budget.of`; None: each adapter's declared budget)
-                    retry:RetryPolicy=RetryPolicy(), # transient-error policy
-                    retry_failed:bool=False, # re-attempt only the items stored as failed
-                    seed:int=0, # retry jitter seed
-                    prepare:Callable[[Any], Any]|None=None, # item -> what a Ray worker receives (attach file bytes)
-                    progress:bool|None=None, # progress bar
-                    desc:str="items", # progress bar label
+                    execution:Execution|str|Mapping|None=None, # how to run (`Execution.of`; None: local threads)
+                    **kwargs, # `ModelSession.run`'s: seed, prepare, desc, requests
                    )->StageResult:
     "Run a model's work items where `execution` says; the summary has `executor` and `placement`, `model_info` the model's `describe()`."
-    with ModelSession(model, make_work, store, execution, limiter=limiter, budget=budget) as s:
+    with ModelSession(model, make_work, store, execution) as s:
         info = s.info
         its = list(items(info) if callable(items) else items)
-        return s.run(its, key=lambda it: key_of(info, it), max_workers=max_workers, retry=retry, retry_failed=retry_failed,
-                     seed=seed, prepare=prepare, progress=progress, desc=desc)
+        return s.run(its, key=lambda it: key_of(info, it), **kwargs)

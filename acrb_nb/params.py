@@ -91,8 +91,7 @@ def _example(name, default) -> str:
     return f"-p {name} {default}"
 
 _READERS = {  # parameters every study reads with one function: the CLI reads them the same way, so a typo fails first
-    "execution": ("Execution", "-p execution ray, or -y 'execution: {executor: ray, num_gpus: 1}'"),
-    "budget": ("Budget", "--budget '{rpm: 60, concurrency: 4}', -y 'budget: {gpt-image-1: {rpm: 20}}' or -p budget unlimited"),
+    "execution": ("Execution", "-p execution ray, -y 'execution: {executor: ray, num_gpus: 1}' or --budget '{rpm: 60}'"),
 }
 
 def _problem(k, v, spec, template) -> str | None:

@@ -28,7 +28,7 @@ def _ray():
 def ray_init(address:str|None=None, # None: start a local Ray; "auto": join this node's cluster; "ray://host:10001": Ray Client
              *, num_cpus:int|None=None, # CPUs of a local Ray (None: all cores); a cluster's are set by `ray start`
              num_gpus:int|None=None, # GPUs of a local Ray (None: detected)
-             env_vars:Mapping|None=None, # extra environment for every worker (a local Ray's workers inherit this process's; when joining a cluster HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE / ACRB_PROGRESS are forwarded)
+             env_vars:Mapping|None=None, # extra worker environment (local workers inherit ours; joining forwards `_FORWARD_ENV`)
              quiet:bool=True, # keep worker logs out of the driver's output (log_to_driver=False)
              **kwargs, # more `ray.init` arguments (runtime_env, namespace, object_store_memory, ...)
             )->dict:
@@ -559,8 +559,7 @@ def run(self:RayWorkerPool, items:Iterable, # work items (JSON-like; dicts usual
         restart_timeout:float=600, # seconds to wait for Ray to restart a dead worker before giving it up
         progress:bool|None=None, # tqdm bar (None: on unless ACRB_PROGRESS=0)
         desc:str="items", # progress bar label
-        prepare:Callable[[Any],
-                         Any]|None=None, # item -> what is sent to the worker (e.g. with the image bytes a worker on another node cannot read from the driver's disk), applied as each batch is submitted
+        prepare:Callable[[Any], Any]|None=None, # item -> what the worker gets, at submission (e.g. image bytes for other nodes)
         count_as:str|None=None, # "local_calls": the counter that splits `calls`, as in `run_items` (the execution layer passes it)
        )->StageResult:
     "Run the work function over `items` on the workers into `store`, resuming finished keys; one row per item, like `run_items`."

@@ -492,25 +492,28 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--ray-num-gpus", type=float, help="GPUs per Ray worker (default 0; 1 = one model per GPU)")
     g.add_argument("--ray-batch-size", type=int, help="items per task sent to a Ray worker (default 8)")
     p.add_argument("--budget", type=_budget_arg, metavar="BUDGET",
-                   help="API models' provider budget, the templates' `budget` parameter: '{rpm: 60, concurrency: 4}', "
+                   help="API models' provider budget, set in the templates' `execution`: '{rpm: 60, concurrency: 4}', "
                         "per model '{gpt-image-1: {rpm: 20}}', or unlimited (default: each API adapter's declared rpm)")
     return p
 
 def execution_parameters(params: Mapping[str, Any], # parameters so far (from -p / -y / -f)
                          execution: str | Mapping | None = None, # --execution
+                         budget: str | Mapping | None = None, # --budget
                          **ray, # --ray-* options: address, num_actors, num_cpus, num_gpus, batch_size (None: not given)
                         ) -> dict:
-    "The template parameter `execution` from the CLI's scale-out options, merged over `params` (the --ray-* options fill its dict)."
+    """The templates' one `execution` parameter, built once from the CLI's options: --execution, then the --ray-*
+    options and --budget fill its dict, merged over `params`."""
     out = dict(params)
     ray = {k: v for k, v in ray.items() if v is not None}
     if execution is not None: out["execution"] = execution
-    if ray:
+    extra = {**ray, **({"budget": budget} if budget is not None else {})}
+    if extra:
         base = out.get("execution", "local")
         base = {"executor": base} if isinstance(base, str) else base
         if not isinstance(base, Mapping): raise ParameterError(f"parameter execution must be local, ray or a mapping, got {base!r}")
-        if base.get("executor", "local") != "ray":
+        if ray and base.get("executor", "local") != "ray":
             raise ParameterError(f"--ray-* options ({', '.join(sorted(ray))}) need --execution ray")
-        out["execution"] = {**base, **ray}
+        out["execution"] = {**base, **extra}
     return out
 
 def _say(r: ReportResult):
@@ -563,9 +566,8 @@ def main(argv: list[str] | None = None, # command-line arguments; `sys.argv[1:]`
                 if not isinstance(d, dict): raise ParameterError(f"-y {y!r} is not a YAML mapping; write it as 'name: value'")
                 params.update(d)
         params.update({k: parse_value(v) for k, v in a.parameters})
-        params = execution_parameters(params, a.execution, address=a.ray_address, num_actors=a.ray_num_actors,
+        params = execution_parameters(params, a.execution, a.budget, address=a.ray_address, num_actors=a.ray_num_actors,
                                       num_cpus=a.ray_num_cpus, num_gpus=a.ray_num_gpus, batch_size=a.ray_batch_size)
-        if a.budget is not None: params["budget"] = a.budget
         t = resolve_template(a.template, a.nbs)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

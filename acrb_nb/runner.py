@@ -353,7 +353,7 @@ def run_items(fn:Callable[[Any], Mapping], # work function: item -> JSON-seriali
               progress:bool|None=None, # tqdm bar (None: on unless ACRB_PROGRESS=0)
               desc:str="items", # progress bar label
               sleep:Callable[[float], None]=time.sleep, # injectable for tests
-              count_as:str|None=None, # "api_requests" (an API-bound model) or "local_calls": the counter that splits `calls` (None: `calls` only)
+              count_as:str|None=None, # "api_requests" (an API model) or "local_calls": the counter that splits `calls` (None: only `calls`)
              )->StageResult:
     "Run `fn` over `items` on threads into `store`, resuming finished keys; one row per item and the run's summary."
     if max_workers < 1: raise ValueError(f"max_workers must be ≥ 1, got {max_workers}")

@@ -47,58 +47,6 @@ class ItemStore:
             raise ValueError(f"{self.path} is not a usable item store ({e}). If it is corrupt, move it aside and "
                              f"re-run: finished items will be recomputed.") from e
 
-    def put(self, key:str, # item key (see `core.item_key`)
-            record:Mapping|None=None, # JSON-serializable result (for status 'done')
-            *, status:str="done", # 'done' or 'failed'
-            outcome:str|None=None, # e.g. generated / refused_policy / failed (default: record['outcome'])
-            error:str|None=None, # reason of a failure (kept verbatim, secrets redacted)
-            error_kind:str|None=None, # transient_exhausted / final / ...
-            attempts:int=1, # calls made for this item in this attempt series
-            seconds:float|None=None, # wall time spent on the item
-            counters:Mapping|None=None, # counter increments committed atomically with the item
-           ):
-        "Write one item durably (one transaction); a `done` item is never overwritten by a failure."
-        if status not in ("done", "failed"): raise ValueError(f"status must be 'done' or 'failed', got {status!r}")
-        if status == "done" and record is None: raise ValueError(f"item {key}: a done item needs a record")
-        try: rec = None if record is None else canonical_json(record)
-        except (TypeError, ValueError) as e:
-            raise TypeError(f"item {key}: record is not JSON-serializable ({e}). Store images with `save_blob` and "
-                            f"keep only the returned path in the record.") from e
-        if outcome is None and isinstance(record, Mapping): outcome = record.get("outcome")
-        if error is not None: error = redact(str(error))[:4000]
-        now = time.time()
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                prev = self._db.execute("SELECT status FROM items WHERE key=?", (key,)).fetchone()
-                if prev and prev[0] == "done" and status == "failed":
-                    self._db.execute("ROLLBACK")
-                    return False
-                self._db.execute(
-                    "INSERT INTO items(key,status,outcome,record,error,error_kind,attempts,seconds,created,updated) "
-                    "VALUES(?,?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET status=excluded.status, "
-                    "outcome=excluded.outcome, record=excluded.record, error=excluded.error, "
-                    "error_kind=excluded.error_kind, attempts=items.attempts+excluded.attempts, "
-                    "seconds=excluded.seconds, updated=excluded.updated",
-                    (key, status, outcome, rec, error, error_kind, int(attempts), seconds, now, now))
-                for name, v in (counters or {}).items(): self._incr(name, v)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-        return True
-
-    def _incr(self, name, v):
-        if v: self._db.execute("INSERT INTO counters(name,value) VALUES(?,?) ON CONFLICT(name) DO UPDATE "
-                               "SET value=value+excluded.value", (name, float(v)))
-
-    def incr(self, **counts):
-        "Add to named counters (calls, retries, tokens, images, cost_usd, …) in one transaction."
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            for k, v in counts.items(): self._incr(k, v)
-            self._db.execute("COMMIT")
-
     _COLS = "key,status,outcome,record,error,error_kind,attempts,seconds"
 
     def close(self):
@@ -108,6 +56,62 @@ class ItemStore:
     def __repr__(self):
         c = self.counts()
         return f"ItemStore({str(self.path)!r}, done={c['done']}, failed={c['failed']})"
+
+# %% ../nbs/01_store.ipynb #9f5b22e9
+@patch
+def put(self:ItemStore, key:str, # item key (see `core.item_key`)
+        record:Mapping|None=None, # JSON-serializable result (for status 'done')
+        *, status:str="done", # 'done' or 'failed'
+        outcome:str|None=None, # e.g. generated / refused_policy / failed (default: record['outcome'])
+        error:str|None=None, # reason of a failure (kept verbatim, secrets redacted)
+        error_kind:str|None=None, # transient_exhausted / final / ...
+        attempts:int=1, # calls made for this item in this attempt series
+        seconds:float|None=None, # wall time spent on the item
+        counters:Mapping|None=None, # counter increments committed atomically with the item
+       ):
+    "Write one item durably (one transaction); a `done` item is never overwritten by a failure."
+    if status not in ("done", "failed"): raise ValueError(f"status must be 'done' or 'failed', got {status!r}")
+    if status == "done" and record is None: raise ValueError(f"item {key}: a done item needs a record")
+    try: rec = None if record is None else canonical_json(record)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"item {key}: record is not JSON-serializable ({e}). Store images with `save_blob` and "
+                        f"keep only the returned path in the record.") from e
+    if outcome is None and isinstance(record, Mapping): outcome = record.get("outcome")
+    if error is not None: error = redact(str(error))[:4000]
+    now = time.time()
+    with self._lock:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            prev = self._db.execute("SELECT status FROM items WHERE key=?", (key,)).fetchone()
+            if prev and prev[0] == "done" and status == "failed":
+                self._db.execute("ROLLBACK")
+                return False
+            self._db.execute(
+                "INSERT INTO items(key,status,outcome,record,error,error_kind,attempts,seconds,created,updated) "
+                "VALUES(?,?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET status=excluded.status, "
+                "outcome=excluded.outcome, record=excluded.record, error=excluded.error, "
+                "error_kind=excluded.error_kind, attempts=items.attempts+excluded.attempts, "
+                "seconds=excluded.seconds, updated=excluded.updated",
+                (key, status, outcome, rec, error, error_kind, int(attempts), seconds, now, now))
+            for name, v in (counters or {}).items(): self._incr(name, v)
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+    return True
+
+@patch
+def _incr(self:ItemStore, name, v):
+    if v: self._db.execute("INSERT INTO counters(name,value) VALUES(?,?) ON CONFLICT(name) DO UPDATE "
+                           "SET value=value+excluded.value", (name, float(v)))
+
+@patch
+def incr(self:ItemStore, **counts):
+    "Add to named counters (calls, retries, tokens, images, cost_usd, …) in one transaction."
+    with self._lock:
+        self._db.execute("BEGIN IMMEDIATE")
+        for k, v in counts.items(): self._incr(k, v)
+        self._db.execute("COMMIT")
 
 # %% ../nbs/01_store.ipynb #d84d0757
 @patch
@@ -270,30 +274,6 @@ class Run:
     @property
     def resumed(self)->bool: return len(self.manifest["sessions"]) > 1
 
-    def add_model(self, name:str, # role or registry name, e.g. "generator", "judge"
-                  info:Mapping, # the adapter's `describe()`: backend, model id, revision, dtype, ...
-                 ):
-        "Record a model's identifiers and revision in the manifest."
-        with self._lock: self.manifest["models"][name] = json.loads(canonical_json(info))
-        self.write_manifest()
-
-    def note_session(self, **facts):
-        "Record facts about this session — e.g. the executor it ran on — in its manifest entry (they never change keys)."
-        with self._lock: self.manifest["sessions"][-1].update(json.loads(canonical_json(facts)))
-        self.write_manifest()
-
-    def add_input(self, name:str, # label, e.g. "base_prompts"
-                  path=None, # a file to hash
-                  data:Any=None, # or an in-memory object (hashed canonically)
-                 )->str:
-        "Record the SHA-256 of an input file or object in the manifest; returns the digest."
-        if (path is None) == (data is None): raise ValueError("add_input needs exactly one of path= or data=")
-        h = file_sha256(path) if path is not None else sha256_hex(data)
-        entry = {"sha256": h, **({"path": str(path)} if path is not None else {})}
-        with self._lock: self.manifest["inputs"][name] = entry
-        self.write_manifest()
-        return h
-
     def write_manifest(self, status:str|None=None, # run status recorded in the manifest (running, done, failed, ...)
                       )->Path:
         "Refresh counters and write `manifest.json` atomically (secrets redacted)."
@@ -319,3 +299,31 @@ class Run:
     def __enter__(self): return self
     def __exit__(self, et, e, tb): self.close("failed" if et else "finished")
     def __repr__(self): return f"Run({str(self.dir)!r}, {self.store.counts()})"
+
+# %% ../nbs/01_store.ipynb #085ae7d0
+@patch
+def add_model(self:Run, name:str, # role or registry name, e.g. "generator", "judge"
+              info:Mapping, # the adapter's `describe()`: backend, model id, revision, dtype, ...
+             ):
+    "Record a model's identifiers and revision in the manifest."
+    with self._lock: self.manifest["models"][name] = json.loads(canonical_json(info))
+    self.write_manifest()
+
+@patch
+def note_session(self:Run, **facts):
+    "Record facts about this session — e.g. the executor it ran on — in its manifest entry (they never change keys)."
+    with self._lock: self.manifest["sessions"][-1].update(json.loads(canonical_json(facts)))
+    self.write_manifest()
+
+@patch
+def add_input(self:Run, name:str, # label, e.g. "base_prompts"
+              path=None, # a file to hash
+              data:Any=None, # or an in-memory object (hashed canonically)
+             )->str:
+    "Record the SHA-256 of an input file or object in the manifest; returns the digest."
+    if (path is None) == (data is None): raise ValueError("add_input needs exactly one of path= or data=")
+    h = file_sha256(path) if path is not None else sha256_hex(data)
+    entry = {"sha256": h, **({"path": str(path)} if path is not None else {})}
+    with self._lock: self.manifest["inputs"][name] = entry
+    self.write_manifest()
+    return h

@@ -4,25 +4,22 @@
 
 # %% ../nbs/07_validation.ipynb #4c760119
 from __future__ import annotations
-import dataclasses, json, math, sys, warnings
+import dataclasses, json, math
 from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
-from scipy import special
-from scipy import stats as sps
 from .core import canonical_json, rng
 from .labels import LABELS_CSV, SAMPLE_JSON, LabelSample, label_key, sample_ids, sample_design
 from .labels import export_for_labelling, check_labels_file, import_labels, labels_frame
-from . import stats
-from .stats.resample import as_generator, check_columns, numeric_outcome
+from .stats.resample import check_columns
+from .stats.rates import binom_ci, disparity
+from .stats.ppi import stratum_ids, corrected_rates, corrected_delta
 _all_ = ["LABELS_CSV", "SAMPLE_JSON", "LabelSample", "label_key", "sample_ids", "sample_design",
          "export_for_labelling", "check_labels_file", "import_labels", "labels_frame"]   # re-exported from labels
 
 # %% auto #0
-__all__ = ['ERASED', 'KAPPA_INTERVAL', 'UNCORRECTED', 'CORRECTED', 'RATE_COLUMNS', 'PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS',
-           'LabelPopulation', 'label_items', 'acrb_label_items', 'iat_label_items', 'toxicity_label_items', 'allocate',
-           'sample_items', 'binarize', 'agreement', 'ppi_lambda', 'ppi_rate', 'rogan_gladen', 'corrected_rates',
-           'correction_note', 'simulate_judged_audit', 'corrected_differences', 'corrected_delta', 'coverage_study',
+__all__ = ['PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS', 'LabelPopulation', 'label_items', 'iat_label_items',
+           'toxicity_label_items', 'allocate', 'sample_items', 'simulate_judged_audit', 'coverage_study',
            'coverage_summary', 'LABELS_CSV', 'SAMPLE_JSON', 'LabelSample', 'label_key', 'sample_ids', 'sample_design',
            'export_for_labelling', 'check_labels_file', 'import_labels', 'labels_frame']
 
@@ -32,7 +29,7 @@ class LabelPopulation:
     "The items a rate is computed over, in the labelling format, with the columns that define its strata."
     items: pd.DataFrame # key, stratum columns, image, text, question, verdict (+ kept columns)
     strata: tuple # stratum columns of `items`
-    scope: Mapping|None = None # which population this is, recorded in a sample's design (e.g. the analysis and its prompts); None: every item of the run
+    scope: Mapping|None = None # the population's name and prompts, recorded in a sample's design; None: every item of the run
 
 def label_items(df:pd.DataFrame, # one row per item of the population (the items a rate is computed over)
                 *, key:str="key", # column holding the run's item key
@@ -61,32 +58,6 @@ def label_items(df:pd.DataFrame, # one row per item of the population (the items
     return LabelPopulation(out, tuple(strata))
 
 # %% ../nbs/07_validation.ipynb #fe719e4a
-ERASED = ("absent", "substituted") # ACRB cue verdicts that count as erased (the judge's RETENTION is 0 for them)
-
-def _cue_question(dimension, value, subject, cues)->str:
-    cl = "; ".join(map(str, cues)) if cues is not None and len(cues) else str(value).replace("_", " ")
-    return (f"The image was generated for a request that asked for {subject} ({dimension}: {str(value).replace('_', ' ')}). "
-            f"Cues that would show it: {cl}. Answer 'present' if the requested {dimension} identity is clearly depicted, "
-            f"'substituted' if a different {dimension} identity is depicted instead, 'absent' if it is not depicted.")
-
-def acrb_label_items(stage3:pd.DataFrame, # Stage III rows (`acrb.judge.judge_cues` output joined with Stage I)
-                     judge:str="judge", # judge column prefix (`<judge>_cue`)
-                     *, clusters:Sequence[str]|None=None, # only the images of these prompts (the cited analysis's); None: every judged image
-                     scope:str|None=None, # the population's name recorded with a sample, e.g. "excluding_policy_cells"
-                    )->LabelPopulation:
-    "ACRB population: judged images (the items of E(a)) with the cue question, keyed by the Stage II item key."
-    need = ["key", "image", "attribute_type", "attribute_value", "attribute_id", "domain", "subject", "cues", f"{judge}_cue"]
-    check_columns(stage3, need + ([] if clusters is None else ["cluster"]), "acrb_label_items")
-    d = stage3[stage3[f"{judge}_cue"].notna()].copy()
-    if clusters is not None:
-        cl = sorted({str(c) for c in clusters})
-        d = d[d.cluster.astype(str).isin(cl)]
-    d["question"] = [_cue_question(r.attribute_type, r.attribute_value, r.subject, r.cues) for r in d.itertuples(index=False)]
-    keep = [c for c in ("attribute_type", "attribute_value", "domain", "cluster") if c in d.columns]
-    pop = label_items(d, strata=("attribute_id",), verdict=f"{judge}_cue", image="image", question="question", keep=keep)
-    if clusters is None and scope is None: return pop
-    return dataclasses.replace(pop, scope={"name": scope or "selected prompts", "clusters": None if clusters is None else cl})
-
 def iat_label_items(results:pd.DataFrame, # from `iat.trial_results` (or `iat.score_trials`)
                    )->LabelPopulation:
     "IAT population: answered trials; the labeller reads the model's answer and names the option it chose (A, B, none)."
@@ -119,16 +90,6 @@ def toxicity_label_items(preds:pd.DataFrame, # from `toxicity.zeroshot.score_dat
                        question=f"Is this text {pos}? Answer '{pos}' or '{neg}'.")
 
 # %% ../nbs/07_validation.ipynb #99c792c0
-def _stratum_ids(df:pd.DataFrame, strata:Sequence[str])->pd.Series:
-    "One string per row naming its stratum ('a|b' for several columns)."
-    if not strata: return pd.Series("(all)", index=df.index)
-    if df[list(strata)].isna().any().any():
-        bad = [c for c in strata if df[c].isna().any()]
-        raise ValueError(f"stratum column(s) {bad} have missing values; fill them (e.g. with 'none') so every item has a stratum")
-    out = df[strata[0]].astype(str)
-    for c in strata[1:]: out = out + "|" + df[c].astype(str)
-    return out
-
 def allocate(sizes:Mapping[str, int], # stratum → number of items N_h
              n:int, # labels wanted in total
              allocation:str="equal", # "equal" or "proportional"
@@ -176,7 +137,7 @@ def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `lab
     check_columns(items, [key, strata], "sample_items")
     if items[key].duplicated().any(): raise ValueError(f"sample_items: duplicate keys in '{key}'; the population must hold each item once")
     d = items.copy()
-    d["stratum"] = _stratum_ids(d, strata)
+    d["stratum"] = stratum_ids(d, strata)
     sizes = d.groupby("stratum").size().to_dict()
     alloc = allocate(sizes, n, allocation, seed)
     parts = []
@@ -191,226 +152,6 @@ def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `lab
         "strata": strata, "allocation": allocation, "seed": int(seed), "n": int(n), "population": int(len(d)),
         "per_stratum": {h: {"N": int(sizes[h]), "n": int(alloc[h]), "pi": alloc[h] / sizes[h]} for h in sorted(sizes)},
         **({"scope": json.loads(canonical_json(scope))} if (scope := getattr(pop, "scope", None)) else {})})
-
-# %% ../nbs/07_validation.ipynb #5b26d1ec
-def binarize(values, # labels or verdicts (strings, numbers, None)
-             positive:Sequence, # values that count as 1 (e.g. ERASED, ("toxic",), (1,))
-            )->np.ndarray:
-    "1.0 where a value is in `positive`, 0.0 where it is another value, NaN where it is missing or empty."
-    v = pd.Series(list(values) if not isinstance(values, pd.Series) else values.to_numpy(), dtype=object)
-    miss = v.isna() | v.astype(str).str.strip().eq("")
-    pos = {str(p).lower() for p in positive}
-    out = np.array(v.astype(str).str.strip().str.lower().isin(pos), dtype=float)
-    out[miss.to_numpy()] = np.nan
-    return out
-
-KAPPA_INTERVAL = "analytic: Fleiss, Cohen & Everitt (1969) large-sample SE (statsmodels cohens_kappa)" # how κ's interval is computed
-
-def _kappa(yt, yp, alpha):
-    "Cohen's κ (sklearn) and its Fleiss–Cohen–Everitt interval (statsmodels) for 0/1 arrays."
-    from sklearn.metrics import cohen_kappa_score
-    from statsmodels.stats.inter_rater import cohens_kappa
-    if len(set(yt.tolist())) < 2 or len(set(yp.tolist())) < 2: return np.nan, np.nan, np.nan   # κ needs both raters to use both classes
-    k = float(cohen_kappa_score(yt, yp, labels=[0, 1]))
-    table = np.array([[np.sum((yt == a) & (yp == b)) for b in (0, 1)] for a in (0, 1)], float)
-    if not np.isfinite(k): return np.nan, np.nan, np.nan
-    se, z = math.sqrt(max(float(cohens_kappa(table).var_kappa), 0.0)), special.ndtri(1 - alpha / 2)
-    return k, max(-1.0, k - z * se), min(1.0, k + z * se)
-
-def agreement(y_true, # human labels, 0/1 (NaN = not labelled)
-              y_pred, # judge verdicts, 0/1 (NaN = no verdict)
-              groups=None, # stratum of each item (None: overall only)
-              alpha:float=0.05, # 1 - confidence level
-             )->pd.DataFrame:
-    """Per stratum and overall: n, confusion counts, accuracy / sensitivity / specificity with Wilson intervals,
-    Cohen's κ with its analytic interval."""
-    yt, yp = np.asarray(y_true, float), np.asarray(y_pred, float)
-    if yt.shape != yp.shape: raise ValueError(f"agreement: {len(yt)} labels but {len(yp)} verdicts; pass one of each per item")
-    for name, a in (("y_true", yt), ("y_pred", yp)):
-        ok = a[~np.isnan(a)]
-        if ((ok != 0) & (ok != 1)).any(): raise ValueError(f"agreement: {name} must be 0/1 (NaN = missing); map labels with binarize()")
-    g = np.full(len(yt), "(overall)", object) if groups is None else np.asarray(groups, object)
-    keep = ~np.isnan(yt) & ~np.isnan(yp)
-    sets = ([] if groups is None else [(h, keep & (g == h)) for h in sorted(set(g[keep]), key=str)]) + [("(overall)", keep)]
-    rows = []
-    for h, m in sets:
-        t, p = yt[m].astype(int), yp[m].astype(int)
-        tp, tn = int(((t == 1) & (p == 1)).sum()), int(((t == 0) & (p == 0)).sum())
-        fp, fn = int(((t == 0) & (p == 1)).sum()), int(((t == 1) & (p == 0)).sum())
-        n = len(t)
-        row = {"stratum": h, "n": n, "tp": tp, "fp": fp, "fn": fn, "tn": tn}
-        for name, k, d in (("accuracy", tp + tn, n), ("sensitivity", tp, tp + fn), ("specificity", tn, tn + fp)):
-            lo, hi = stats.binom_ci(k, d, alpha)
-            row.update({name: k / d if d else np.nan, f"{name}_lo": lo, f"{name}_hi": hi})
-        row["kappa"], row["kappa_lo"], row["kappa_hi"] = _kappa(t, p, alpha)
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-# %% ../nbs/07_validation.ipynb #bce99299
-def _ppi():
-    "ppi_py, imported so that its module-level `warnings.simplefilter('ignore')` does not silence warnings process-wide."
-    if "ppi_py" not in sys.modules:
-        with warnings.catch_warnings(): import ppi_py  # noqa: F401
-    return sys.modules["ppi_py"]
-
-_PSEUDO_Y, _PSEUDO_F = np.array([0.0, 0.0, 1.0, 1.0]), np.array([0.0, 1.0, 0.0, 1.0])
-
-def ppi_lambda(y, # human labels of the labelled items
-               yhat, # the judge's verdicts on them
-               yhat_unlabelled, # the judge's verdicts on the unlabelled items
-               w=None, # weights of the labelled items (None: equal)
-               w_unlabelled=None, # weights of the unlabelled items (None: equal)
-              )->float:
-    "PPI++'s power-tuning λ for a mean, as `ppi_py` computes it for `lam=None` (for display; NaN-free: 0 when the judge is constant)."
-    y, f, fu = (np.asarray(a, float).reshape(-1) for a in (y, yhat, yhat_unlabelled))
-    n, N = len(y), len(fu)
-    w = np.ones(n) if w is None else np.asarray(w, float) / np.sum(w) * n
-    wu = np.ones(N) if w_unlabelled is None else np.asarray(w_unlabelled, float) / np.sum(w_unlabelled) * N
-    theta = np.mean(wu * fu) + np.mean(w * (y - f))
-    g, gh, gu = w * (y - theta), w * (f - theta), wu * (fu - theta)
-    var = np.var(np.r_[gh, gu], ddof=1)
-    if not var > 0: return 0.0
-    cov = np.mean((g - g.mean()) * (gh - gh.mean()))
-    return float(np.clip(cov / ((1 + n / N) * var), 0.0, 1.0))
-
-def ppi_rate(y, # human labels (0/1) of the labelled items
-             yhat, # the judge's verdicts (0/1) on the same items
-             yhat_unlabelled, # the judge's verdicts on the unlabelled items of the same population
-             *, w=None, # weights of the labelled items (1/π; None: equal)
-             w_unlabelled=None, # weights of the unlabelled items (None: equal)
-             alpha:float=0.05, # 1 - confidence level
-             lam:float|None=None, # power tuning: None = PPI++ (estimated), 1 = plain PPI, 0 = labels only
-             pseudo:float=0.5, # pseudo-items added to each cell of the labelled 2×2 table for the interval (0: none)
-             small_sample:bool=True, # t quantile with n − 1 df and the n − 1 variance divisor
-            )->dict:
-    "Prediction-powered estimate and interval of a rate (ppi_py, PPI++ by default) with the small-sample adjustments."
-    ppi = _ppi()
-    y, f, fu = (np.asarray(a, float).reshape(-1) for a in (y, yhat, yhat_unlabelled))
-    n, N = len(y), len(fu)
-    if len(f) != n: raise ValueError(f"ppi_rate: {n} labels but {len(f)} verdicts on the labelled items; pass one of each")
-    if n < 2 or N < 1: raise ValueError(f"ppi_rate: needs ≥ 2 labelled and ≥ 1 unlabelled items, got n={n}, N={N}")
-    if np.isnan(np.r_[y, f, fu]).any(): raise ValueError("ppi_rate: NaN in labels or verdicts; drop items without a verdict first")
-    if pseudo and not np.isin(np.r_[y, f], (0.0,
-                                            1.0)).all(): raise ValueError("ppi_rate: pseudo-items assume 0/1 labels "
-                                                                          "and verdicts; pass pseudo=0 for other outcomes")
-    w_, wu_ = np.ones(n) if w is None else np.asarray(w, float), None if w_unlabelled is None else np.asarray(w_unlabelled, float)
-    lam_hat = ppi_lambda(y, f, fu, w_, wu_) if lam is None else float(lam)
-    lam_use = lam if (lam is not None or np.var(np.r_[f, fu]) > 0) else 0.0   # a constant judge: ppi_py's λ would be 0/0
-    est = float(np.ravel(ppi.ppi_mean_pointestimate(y, f, fu, lam=lam_use, w=w_, w_unlabeled=wu_))[0])
-    if pseudo: ya, fa, wa = np.r_[y, _PSEUDO_Y], np.r_[f, _PSEUDO_F], np.r_[w_ / w_.mean(), np.full(4, float(pseudo))]
-    else: ya, fa, wa = y, f, w_
-    lo, hi = (float(np.ravel(v)[0]) for v in ppi.ppi_mean_ci(ya, fa, fu, alpha=alpha, lam=lam_use, w=wa, w_unlabeled=wu_))
-    z, centre, half = special.ndtri(1 - alpha / 2), (lo + hi) / 2, (hi - lo) / 2
-    if small_sample: half *= math.sqrt(n / (n - 1)) * sps.t.ppf(1 - alpha / 2, n - 1) / z
-    return {"estimate": est, "lo": max(0.0, centre - half), "hi": min(1.0, centre + half), "se": half / z, "lam": lam_hat, "n": n, "N": N}
-
-# %% ../nbs/07_validation.ipynb #1dba3dfd
-def rogan_gladen(p:float, # judge-reported rate on the unlabelled items
-                 n_p:float, # items behind p
-                 sens:float, # judge sensitivity P(judge = 1 | truth = 1)
-                 n_pos:float, # labelled positives behind `sens`
-                 spec:float, # judge specificity P(judge = 0 | truth = 0)
-                 n_neg:float, # labelled negatives behind `spec`
-                 alpha:float=0.05, # 1 - confidence level
-                )->dict:
-    "Rogan–Gladen corrected rate (p + Sp − 1)/(Se + Sp − 1), clipped to [0, 1], with a delta-method interval."
-    J = sens + spec - 1
-    if not (n_p > 0 and n_pos > 0 and n_neg > 0) or not np.isfinite(J) or J <= 0:
-        return {"estimate": np.nan, "lo": np.nan, "hi": np.nan, "se": np.nan}
-    est = (p + spec - 1) / J
-    t = min(max(est, 0.0), 1.0)
-    var = (p * (1 - p) / n_p + t * t * sens * (1 - sens) / n_pos + (1 - t) ** 2 * spec * (1 - spec) / n_neg) / J ** 2
-    se = math.sqrt(var)
-    z = special.ndtri(1 - alpha / 2)
-    return {"estimate": t, "lo": max(0.0, est - z * se), "hi": min(1.0, est + z * se), "se": se}
-
-# %% ../nbs/07_validation.ipynb #fa33cdc0
-UNCORRECTED = "judge-reported, uncorrected (no human labels)"
-CORRECTED = "corrected = PPI++ (ppi_py) with Agresti–Min pseudo-items and t quantiles; judge_only = Wilson on the judge's verdicts"
-RATE_COLUMNS = ["dimension", "group", "n_items", "n_labels", "judge_only", "judge_only_lo", "judge_only_hi",
-                "corrected", "corrected_lo", "corrected_hi", "corrected_se", "lam", "sens", "spec",
-                "rg", "rg_lo", "rg_hi", "cite", "status"]
-
-def _wmean(x, w): return float(np.sum(w * x) / np.sum(w)) if len(x) and np.sum(w) > 0 else np.nan
-def _kish(w): return float(np.sum(w) ** 2 / np.sum(w * w)) if len(w) and np.sum(w * w) > 0 else 0.0
-
-def _group_weights(sub:pd.DataFrame, lab:np.ndarray, strata)->tuple:
-    "Weights N_h/n_h (labelled) and N_h/(N_h − n_h) (unlabelled) from the strata inside one group; None when unstratified."
-    if not strata: return None, None, None
-    h = _stratum_ids(sub, strata).to_numpy()
-    w, wu = np.zeros(len(sub)), np.zeros(len(sub))
-    for s in np.unique(h):
-        m = h == s
-        N_h, n_h = int(m.sum()), int((m & lab).sum())
-        if n_h == 0: return None, None, s
-        w[m & lab], wu[m & ~lab] = N_h / n_h, (N_h / (N_h - n_h) if N_h > n_h else 0.0)
-    return w[lab], wu[~lab], None
-
-# %% ../nbs/07_validation.ipynb #8fcd6d69
-def corrected_rates(df:pd.DataFrame, # population frame: one row per item with a judge verdict
-                    group:str, # group column (e.g. attribute_id)
-                    *, y:str="human", # 0/1 human label (NaN = unlabelled)
-                    yhat:str="judge", # 0/1 judge verdict (NaN = no verdict: the item is not in the population)
-                    dimension:str|None=None, # column grouping groups into dimensions (for Δ); None = one dimension
-                    strata:Sequence[str]|None=None, # sampling strata finer than `group` (weights); None = group is the stratum
-                    alpha:float=0.05, # 1 - confidence level
-                    lam:float|None=None, # PPI power tuning (None = PPI++)
-                    min_labels:int=30, # fewer labels in a group: cite the judge-only rate, flagged uncorrected
-                    pseudo:float=0.5, # see `ppi_rate`
-                    small_sample:bool=True, # see `ppi_rate`
-                   )->pd.DataFrame:
-    "Judge-only and PPI-corrected rate per group, side by side, with Rogan–Gladen, λ and which to cite."
-    fn = "corrected_rates"
-    check_columns(df, [group, y, yhat, dimension, list(strata or [])], fn)
-    Y = numeric_outcome(df[y], y, fn, binary=True)
-    F = numeric_outcome(df[yhat], yhat, fn, binary=True)
-    d = df.loc[~np.isnan(F)].assign(_y=Y[~np.isnan(F)], _f=F[~np.isnan(F)])
-    if d.empty: raise ValueError(f"{fn}: no item has a judge verdict in '{yhat}'; nothing to rate")
-    dropped = int(np.sum(~np.isnan(Y) & np.isnan(F)))
-    keys = [dimension, group] if dimension else [group]
-    rows = []
-    for kv, sub in d.groupby(keys, sort=True):
-        kv = kv if isinstance(kv, tuple) else (kv,)
-        dim, g = (kv if dimension else (None, kv[0]))
-        f, yy = sub._f.to_numpy(), sub._y.to_numpy()
-        lab = ~np.isnan(yy)
-        N, n, k = len(f), int(lab.sum()), int(f.sum())
-        jlo, jhi = stats.binom_ci(k, N, alpha)
-        row = dict.fromkeys(RATE_COLUMNS, np.nan)
-        row.update(dimension=dim, group=g, n_items=N, n_labels=n, judge_only=k / N, judge_only_lo=jlo, judge_only_hi=jhi,
-                   cite="judge_only")
-        if n == 0: row["status"] = UNCORRECTED
-        elif n < min_labels: row["status"] = f"judge-reported, uncorrected (only {n} labels; min_labels = {min_labels})"
-        elif n == N:
-            lo, hi = stats.binom_ci(int(yy.sum()), n, alpha)
-            row.update(corrected=yy.mean(), corrected_lo=lo, corrected_hi=hi, cite="corrected",
-                       corrected_se=(hi - lo) / (2 * special.ndtri(1 - alpha / 2)), status=f"all {n} items labelled (Wilson)")
-        else:
-            w, wu, empty = _group_weights(sub, lab, strata)
-            if empty is not None: row["status"] = f"judge-reported, uncorrected (stratum {empty} of this group has no labels)"
-            else:
-                r = ppi_rate(yy[lab], f[lab], f[~lab], w=w, w_unlabelled=wu, alpha=alpha, lam=lam, pseudo=pseudo,
-                             small_sample=small_sample)
-                row.update(corrected=r["estimate"], corrected_lo=r["lo"], corrected_hi=r["hi"], corrected_se=r["se"],
-                           lam=r["lam"], cite="corrected", status=f"corrected ({n} labels)")
-                wl = np.ones(n) if w is None else w
-                wuu = np.ones(N - n) if wu is None else wu
-                t, fl = yy[lab], f[lab]
-                pos, neg = t == 1, t == 0
-                sens, spec = _wmean(fl[pos], wl[pos]), _wmean(1 - fl[neg], wl[neg])
-                rg = rogan_gladen(_wmean(f[~lab], wuu), _kish(wuu), sens, _kish(wl[pos]), spec, _kish(wl[neg]), alpha)
-                row.update(sens=sens, spec=spec, rg=rg["estimate"], rg_lo=rg["lo"], rg_hi=rg["hi"])
-        rows.append(row)
-    if dropped: warnings.warn(f"{fn}: {dropped} labelled item(s) have no judge verdict and are not in the population; they were left out")
-    out = pd.DataFrame(rows, columns=RATE_COLUMNS)
-    return out if dimension else out.drop(columns="dimension")
-
-def correction_note(rates:pd.DataFrame, # from `corrected_rates`
-                   )->str:
-    "What a report says about a table of `corrected_rates`: uncorrected, corrected, or partly corrected."
-    if (rates.n_labels == 0).all(): return UNCORRECTED
-    if (rates.cite == "corrected").all(): return CORRECTED
-    return f"partly corrected: {', '.join(map(str, rates.group[rates.cite != 'corrected']))} lack enough labels (judge-reported there)"
 
 # %% ../nbs/07_validation.ipynb #c1f9502a
 def simulate_judged_audit(rates:Mapping[str, float], # true rate per group (e.g. erasure per attribute value)
@@ -436,69 +177,6 @@ def simulate_judged_audit(rates:Mapping[str, float], # true rate per group (e.g.
     d["human"] = np.where(d.key.isin(set(s.items.key)), d.truth, np.nan)
     return d
 
-# %% ../nbs/07_validation.ipynb #ed30c78f
-def _implied_se(lo, hi, alpha)->np.ndarray:
-    "Standard error implied by an interval's width."
-    return (np.asarray(hi, float) - np.asarray(lo, float)) / (2 * special.ndtri(1 - alpha / 2))
-
-def corrected_differences(rates:pd.DataFrame, # from `corrected_rates`
-                          pairs="all", # "all" (every ordered pair within a dimension) or a list of (group, reference)
-                          alpha:float=0.05, # 1 - confidence level
-                         )->pd.DataFrame:
-    "Differences between groups, judge-only and corrected side by side (independent estimates: SEs add in quadrature)."
-    r = rates.set_index("group")
-    if pairs == "all":
-        dims = rates.groupby("dimension").group.apply(list) if "dimension" in rates else pd.Series({None: rates.group.tolist()})
-        pairs = [(a, b) for gs in dims for i, a in enumerate(gs) for b in gs[i + 1:]]
-    z = special.ndtri(1 - alpha / 2)
-    rows = []
-    for a, b in pairs:
-        miss = [x for x in (a, b) if x not in r.index]
-        if miss: raise ValueError(f"corrected_differences: group(s) {miss} not in the rates; groups are {r.index.tolist()}")
-        A, B = r.loc[a], r.loc[b]
-        sj = math.hypot(*_implied_se([A.judge_only_lo, B.judge_only_lo], [A.judge_only_hi, B.judge_only_hi], alpha))
-        dj = A.judge_only - B.judge_only
-        sc = math.hypot(A.corrected_se, B.corrected_se)
-        dc = A.corrected - B.corrected
-        both = A.cite == "corrected" and B.cite == "corrected"
-        rows.append({"group": a, "reference": b, "judge_only": dj, "judge_only_lo": dj - z * sj, "judge_only_hi": dj + z * sj,
-                     "corrected": dc, "corrected_lo": dc - z * sc, "corrected_hi": dc + z * sc,
-                     "cite": "corrected" if both else "judge_only",
-                     "status": "corrected" if both else "judge-reported, uncorrected (a group lacks enough labels)"})
-    return pd.DataFrame(rows)
-
-# %% ../nbs/07_validation.ipynb #a270fdf1
-def corrected_delta(rates:pd.DataFrame, # from `corrected_rates`
-                    alpha:float=0.05, # 1 - confidence level
-                    method:str="gms", # see `stats.delta_interval`
-                    kappa:float=1.0, # see `stats.delta_interval`
-                    n_draws:int=4000, # see `stats.delta_interval`
-                    seed=0, # int seed or numpy Generator
-                    pooled:bool=True, # add a row over all groups
-                   )->pd.DataFrame:
-    "Δ = max − min per dimension (and pooled), judge-only and corrected side by side: plug-in, bias-corrected, `stats.delta_interval`."
-    dims = ([(dv, g) for dv, g in rates.groupby("dimension", sort=False)] if "dimension" in rates else [])
-    sets = [(dv, g) for dv, g in dims if len(g) >= 2] + ([("(pooled)", rates)] if pooled or not dims else [])
-    rb = as_generator(seed)
-    rows = []
-    for name, g in sets:
-        J = stats.delta_interval(g.judge_only, _implied_se(g.judge_only_lo, g.judge_only_hi, alpha), alpha, method, kappa, n_draws, rb)
-        ok = (g.cite == "corrected").all()
-        C = stats.delta_interval(g.corrected, g.corrected_se, alpha, method, kappa, n_draws, rb) if ok else \
-            dict.fromkeys(("delta", "delta_bc", "lo", "hi", "p_null"), np.nan) | {"method": J["method"]}
-        rows.append({"dimension": name, "n_groups": len(g),
-                     "judge_only": J["delta"], "judge_only_bc": J["delta_bc"], "judge_only_lo": J["lo"], "judge_only_hi": J["hi"],
-                     "judge_only_p": J["p_null"],
-                     "judge_max": g.group.iloc[int(np.argmax(g.judge_only.to_numpy()))],
-                     "judge_min": g.group.iloc[int(np.argmin(g.judge_only.to_numpy()))],
-                     "corrected": C["delta"], "corrected_bc": C["delta_bc"], "corrected_lo": C["lo"], "corrected_hi": C["hi"],
-                     "corrected_p": C["p_null"],
-                     "max_group": g.group.iloc[int(np.argmax(g.corrected.to_numpy()))] if ok else None,
-                     "min_group": g.group.iloc[int(np.argmin(g.corrected.to_numpy()))] if ok else None,
-                     "method": C["method"], "cite": "corrected" if ok else "judge_only",
-                     "status": "corrected" if ok else "judge-reported, uncorrected (a group lacks enough labels)"})
-    return pd.DataFrame(rows)
-
 # %% ../nbs/07_validation.ipynb #9ab346f1
 PLANTED_CULTURE_ERASURE = {"culture:Korean": 0.15, "culture:Chinese": 0.15, "culture:Nigerian": 0.25,
                            "culture:Kenyan": 0.15, "culture:American": 0.10, "culture:Indian": 0.15} # data/sim/planted_acrb.yaml
@@ -515,7 +193,7 @@ def coverage_study(rates:Mapping[str, float]=PLANTED_CULTURE_ERASURE, # true rat
                    alpha:float=0.05, # 1 - confidence level
                    kappa:float=1.0, # GMS tuning (see `delta_interval`)
                    n_draws:int=2000, # normal draws per Δ interval
-                   report_bootstrap:bool=True, # also the reports' judge-only intervals (`stats.disparity`: reported and BCa)
+                   report_bootstrap:bool=True, # also the reports' judge-only intervals (`disparity`: reported and BCa)
                    n_boot:int=1000, # its bootstrap resamples
                   )->pd.DataFrame:
     "One row per replicate: planted Δ, judge-only and corrected Δ intervals and whether they cover it."
@@ -531,7 +209,7 @@ def coverage_study(rates:Mapping[str, float]=PLANTED_CULTURE_ERASURE, # true rat
                "corrected_hi": D.corrected_hi,
                "rates_covered": float(np.mean([(lo <= rates[g] <= hi) for g, lo, hi in zip(R.group, R.corrected_lo, R.corrected_hi)]))}
         if report_bootstrap:
-            b = stats.disparity(d, "judge", "group", n_boot=n_boot, n_perm=0, method="bca", alpha=alpha, seed=s).iloc[0]
+            b = disparity(d, "judge", "group", n_boot=n_boot, n_perm=0, method="bca", alpha=alpha, seed=s).iloc[0]
             row.update(report_lo=b.lo, report_hi=b.hi, bca_lo=b.boot_lo, bca_hi=b.boot_hi)
         rows.append(row)
     out = pd.DataFrame(rows)
@@ -546,11 +224,11 @@ def coverage_summary(study:pd.DataFrame, # from `coverage_study`
     rows = []
     for name, est, lo, hi in (("corrected (PPI++, GMS)", "corrected", "corrected_lo", "corrected_hi"),
                               ("uncorrected (judge-only, GMS)", "judge_only", "judge_only_lo", "judge_only_hi"),
-                              ("uncorrected (report: stats.disparity)", "judge_only", "report_lo", "report_hi"),
+                              ("uncorrected (report: disparity)", "judge_only", "report_lo", "report_hi"),
                               ("uncorrected (bootstrap BCa of max − min)", "judge_only", "bca_lo", "bca_hi")):
         if lo not in study: continue
         k, n = int(((study[lo] <= study.true_delta) & (study.true_delta <= study[hi])).sum()), len(study)
-        mlo, mhi = stats.binom_ci(k, n)
+        mlo, mhi = binom_ci(k, n)
         rows.append({"interval": name, "coverage": k / n, "mc_lo": mlo, "mc_hi": mhi, "mean_width": float((study[hi] - study[lo]).mean()),
                      "mean_estimate": float(study[est].mean()), "true_delta": float(study.true_delta.iloc[0]), "reps": n})
     return pd.DataFrame(rows)

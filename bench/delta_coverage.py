@@ -1,5 +1,5 @@
 """Coverage of the reported Δ = max − min interval at Δ = 0 and Δ > 0 (issue 18.3), on audits drawn from the shipped
-planted config (`acrb.metrics.planted_long`, `data/sim/planted_acrb.yaml`).
+planted config (`acrb.simulate.planted_long`, `data/sim/planted_acrb.yaml`).
 
 Each replicate draws one refusal outcome per base prompt × attribute value from the planted probabilities (domain
 multipliers included) and runs `acrb.metrics.disparities` exactly as the ACRB report does: Δ̂, the bootstrap
@@ -18,7 +18,7 @@ import os, time
 
 def main():
     import pandas as pd
-    from acrb_nb.acrb.metrics import delta_coverage, coverage_table
+    from acrb_nb.acrb.simulate import delta_coverage, coverage_table
     reps = int(os.environ.get("DELTA_BENCH_REPS", 200))
     n = os.environ.get("DELTA_BENCH_PROMPTS")
     t0 = time.perf_counter()

@@ -18,7 +18,8 @@ import pandas as pd
 
 def grid_cell(rates, n_labels, reps=200, seed=11):
     from acrb_nb import stats
-    from acrb_nb.validation import DIFFERENTIAL_MISS, corrected_rates, simulate_judged_audit
+    from acrb_nb.validation import DIFFERENTIAL_MISS, simulate_judged_audit
+    from acrb_nb.stats.ppi import corrected_rates
     true, out = max(rates.values()) - min(rates.values()), {}
     variants = {"adjusted": ({}, {"bootstrap": ("bootstrap", 1.0), "GMS κ=0.5": ("gms", 0.5), "GMS κ=1": ("gms", 1.0),
                                   "GMS κ=2": ("gms", 2.0)}),

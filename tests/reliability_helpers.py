@@ -312,12 +312,12 @@ def determinism_artifacts(root, out, seed=3):
     root, res = Path(root), {}
     from acrb_nb.acrb.pipeline import run_acrb
     for name, kw in DETERMINISM_CONFIGS.items():
-        r = run_acrb(**kw, seed=seed, n_boot=200, progress=False, run_dir=str(root / name))
+        r = run_acrb(**kw, seed=seed, analysis={"n_boot": 200}, run_dir=str(root / name))
         res[name] = {"run_id": r.run.spec.run_id, "stage1_prompts": (r.run.dir / "stage1_prompts.json").read_text(),
                      "item_keys": _keys(r.run.dir / "items.sqlite"), "metrics": metrics_json(r.run.dir / "acrb_summary.json")}
     from acrb_nb.iat import iat_study
-    s = iat_study("sim", dimensions=["gender", "race"], words=4, pairs_per_combo=2, seed=seed, n_boot=200, n_perm=200,
-                  run_dir=str(root / "iat-sim"), progress=False)
+    s = iat_study("sim", dimensions=["gender", "race"], words=4, pairs_per_combo=2, seed=seed, analysis={"n_boot": 200, "n_perm": 200},
+                  run_dir=str(root / "iat-sim"), execution={"progress": False})
     res["iat-seed-sim"] = {"run_id": s.run_dir.name, "item_keys": _keys(s.run_dir / "items.sqlite") + _keys(s.run_dir / "images" / "items.sqlite"),
                            "results": s.results_path.read_text().replace(str(root), "ROOT"),
                            "metrics": json.dumps(json.loads(s.effects.to_json(orient="records")), sort_keys=True)}

@@ -80,7 +80,7 @@ def test_labels_give_corrected_erasure_side_by_side(tmp_path):
     folder = run_dir / "labelling"
     sheet = pd.read_csv(folder / "labels.csv", dtype=str, keep_default_na=False)
     assert len(sheet) == 180 and (sheet.human_label == "").all() and "judge_verdict" not in sheet   # blind
-    res = run_acrb("sim", judge="sim-differential", attributes=["culture"], n_boot=200, run_dir=str(run_dir), progress=False)
+    res = run_acrb("sim", judge="sim-differential", attributes=["culture"], run_dir=str(run_dir), analysis={"n_boot": 200})
     assert res.run.store.counters()["calls"] > 0 and res.correction.n_labels == 0                      # resumed, nothing labelled yet
     truth = dict(zip(res.stage3.key, res.stage3.metadata.map(lambda m: m["sim"]["cue"])))             # what a careful labeller sees
     sheet["human_label"] = sheet.key.map(truth)
@@ -89,7 +89,7 @@ def test_labels_give_corrected_erasure_side_by_side(tmp_path):
     assert "Cite the corrected column" in html2 and "corrected with the human labels" in html2
     jc = json.loads((run_dir / "acrb_summary.json").read_text())["judge_correction"]
     assert jc["n_labels"] == 180 and all(e["cite"] == "corrected" for e in jc["erasure"].values())
-    from acrb_nb.acrb.metrics import sim_expected
+    from acrb_nb.acrb.simulate import sim_expected
     planted = sim_expected(res.stage3).erased.drop("neutral")                                    # the planted p_erase, domains included
     cult = jc["delta_erasure"]["culture"]
     assert cult["judge_only"] > cult["corrected"] and cult["corrected_ci"][0] <= planted.max() - planted.min() <= cult["corrected_ci"][1]
@@ -125,8 +125,8 @@ def test_every_call_failing_stops_without_metrics(tmp_path, loopback, monkeypatc
     monkeypatch.setenv("OPENAI_BASE_URL", url); monkeypatch.setenv("OPENAI_API_KEY", "dummy-key-for-the-loopback")
     run_dir = tmp_path / "run"
     with pytest.raises(AllCallsFailed) as e:
-        run_acrb("gpt-image-1", attributes=["gender"], n_base_prompts=1, run_dir=str(run_dir), progress=False,
-                 retry=RetryPolicy(base_delay=0.01, max_delay=0.05))  # the refused connection is retried (5 times), quickly
+        run_acrb("gpt-image-1", attributes=["gender"], n_base_prompts=1, run_dir=str(run_dir),
+                 execution={"retry": RetryPolicy(base_delay=0.01, max_delay=0.05)})  # the refused connection is retried (5 times), quickly
     msg = str(e.value)
     assert "all 4 generation calls failed" in msg and "no metrics were written" in msg and "retry_failed=True" in msg
     assert ("401" in msg and "Incorrect API key" in msg) if endpoint == "401" else ("Connection" in msg)

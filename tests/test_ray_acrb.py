@@ -17,7 +17,7 @@ from acrb_nb.acrb.pipeline import run_acrb
 
 pytestmark = pytest.mark.timeout(600)
 ROOT = Path(__file__).resolve().parents[1]
-TINY = dict(attributes=["culture"], n_base_prompts=2, n_boot=100, progress=False)
+TINY = dict(attributes=["culture"], n_base_prompts=2, analysis={"n_boot": 100})
 
 
 
@@ -98,7 +98,7 @@ def test_sim_audit_on_ray_equals_local_and_resumes_both_ways(tmp_path, local_ray
     judge on two Ray workers: every stored record (Stage II outcomes, provider codes, images; judge verdicts) and the
     metrics equal the local executor's; the local executor over the Ray folder calls nothing, and (T2I) neither does Ray
     over the local folder."""
-    kw = dict(mode=mode, n_boot=100, progress=False, **kw)
+    kw = dict(mode=mode, analysis={"n_boot": 100}, **kw)
     ray2 = {"executor": "ray", "num_actors": 2, "batch_size": 4}
     loc = run_acrb("sim", run_dir=tmp_path / "local", **kw)
     if mode == "t2i":  # Ray resumes the local folder: no call (one worker is enough to ask the model's describe())

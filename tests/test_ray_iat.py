@@ -22,8 +22,9 @@ from acrb_nb.iat import (iat_study, load_iat_config, plan_profiles, needed_profi
 
 pytestmark = [pytest.mark.usefixtures("local_ray"), pytest.mark.timeout(300)]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-RAY2 = Execution.of({"executor": "ray", "num_actors": 2, "batch_size": 4})
-ARGS = dict(dimensions=["socioeconomic_status"], pairs_per_combo=2, words=3, n_boot=200, n_perm=200, progress=False)
+RAY2 = Execution.of({"executor": "ray", "num_actors": 2, "batch_size": 4, "progress": False})
+QUIET = {"progress": False}  # the local executor, without progress bars
+ARGS = dict(dimensions=["socioeconomic_status"], pairs_per_combo=2, words=3, analysis={"n_boot": 200, "n_perm": 200})
 
 
 
@@ -44,7 +45,7 @@ def results(st):
 
 @pytest.mark.parametrize("design", ["seed", "paired"])
 def test_sim_study_on_ray_equals_local_and_resumes_across_executors(tmp_path, design):
-    loc = iat_study("sim", design, run_dir=tmp_path / "local", **ARGS)
+    loc = iat_study("sim", design, run_dir=tmp_path / "local", execution=QUIET, **ARGS)
     t0 = time.monotonic()
     rr = iat_study("sim", design, run_dir=tmp_path / "ray", execution=RAY2, **ARGS)
     ray_s = time.monotonic() - t0
@@ -61,7 +62,7 @@ def test_sim_study_on_ray_equals_local_and_resumes_across_executors(tmp_path, de
     assert rr.results_path.read_text().count("\n") == len(rr.trials)
     # the local executor over the Ray-filled folder repeats no call, and Ray over it starts no worker
     calls = ItemStore(rr.run_dir / "items.sqlite").counters()["calls"]
-    again = iat_study("sim", design, run_dir=tmp_path / "ray", **ARGS)
+    again = iat_study("sim", design, run_dir=tmp_path / "ray", execution=QUIET, **ARGS)
     assert (again.summary["called"], again.summary["cached"], again.images_summary["called"]) == (0, len(rr.trials), 0)
     assert ItemStore(rr.run_dir / "items.sqlite").counters()["calls"] == calls
     pd.testing.assert_frame_equal(again.effects, loc.effects)
@@ -72,8 +73,8 @@ def test_sim_study_on_ray_equals_local_and_resumes_across_executors(tmp_path, de
 
 
 def test_text_design_on_ray_equals_local(tmp_path):
-    kw = dict(dimensions=["gender"], words=3, n_boot=100, n_perm=100, progress=False)
-    loc = iat_study("sim", "text", run_dir=tmp_path / "local", **kw)
+    kw = dict(dimensions=["gender"], words=3, analysis={"n_boot": 100, "n_perm": 100})
+    loc = iat_study("sim", "text", run_dir=tmp_path / "local", execution=QUIET, **kw)
     rr = iat_study("sim", "text", run_dir=tmp_path / "ray", execution=RAY2, **kw)
     assert rr.summary["executor"] == "ray" and rr.images_summary is None
     assert rr.judge_info == loc.judge_info and rr.judge_info["backend"] == "text-choice"
@@ -114,10 +115,10 @@ def test_tiny_vlm_judge_on_ray_equals_local(tmp_path):
     assert len(trials) == 6
     qref = AdapterRef.of("vision_judge", "tiny-qwen2-vl")
     th = torch.get_num_threads(); torch.set_num_threads(1)
-    try: q_loc = run_trials(qref, trials, ItemStore(tmp_path / "qwen_local" / "items.sqlite"), max_workers=1, progress=False)
+    try: q_loc = run_trials(qref, trials, ItemStore(tmp_path / "qwen_local" / "items.sqlite"), execution={"max_workers": 1, "progress": False})
     finally: torch.set_num_threads(th)
-    q_ray = run_trials(qref, trials, ItemStore(tmp_path / "qwen_ray" / "items.sqlite"), progress=False,
-                       execution={"executor": "ray", "num_actors": 2, "torch_threads": 1, "batch_size": 2})
+    q_ray = run_trials(qref, trials, ItemStore(tmp_path / "qwen_ray" / "items.sqlite"),
+                       execution={"executor": "ray", "num_actors": 2, "torch_threads": 1, "batch_size": 2, "progress": False})
     assert q_ray.summary["executor"] == "ray" and q_ray.summary["done"] == 6
     assert q_ray.model_info == q_loc.model_info
     got, want = stored(tmp_path / "qwen_ray"), stored(tmp_path / "qwen_local")
@@ -153,9 +154,9 @@ def test_worker_killed_mid_run_is_recovered_and_every_trial_stored_once(tmp_path
     n = len(trials)
     assert n == 3 * 2 * 2 * 8
     run = Run(RunSpec("iat", "sim", {"kill": 1}, 0), run_dir=tmp_path / "ray")
-    ex = Execution.of({"executor": "ray", "num_actors": 2, "batch_size": 4, "max_restarts": 3})
+    ex = Execution.of({"executor": "ray", "num_actors": 2, "batch_size": 4, "max_restarts": 3, "progress": False})
     out = {}
-    t = threading.Thread(target=lambda: out.update(df=run_trials(ref, trials, run, execution=ex, progress=False)))
+    t = threading.Thread(target=lambda: out.update(df=run_trials(ref, trials, run, execution=ex)))
     t.start()
     watch = ItemStore(run.store.path)        # a second connection, as another process would read the WAL store
 
@@ -182,7 +183,7 @@ def test_worker_killed_mid_run_is_recovered_and_every_trial_stored_once(tmp_path
     assert watch.counters()["calls"] == n
     # the same trials on the local executor give the same records and results
     loc = Run(RunSpec("iat", "sim", {"kill": 1}, 0), run_dir=tmp_path / "local")
-    info = run_trials(SimVisionJudge(), trials, loc, max_workers=2, progress=False).model_info
+    info = run_trials(SimVisionJudge(), trials, loc, execution={"max_workers": 2, "progress": False}).model_info
     assert stored(run.dir) == stored(loc.dir)
     pd.testing.assert_frame_equal(trial_results(run, trials, info), trial_results(loc, trials, info))
     print(f"{n} trials, worker {victim} killed after {killed_at}; resubmitted {s['resubmitted_items']}")

@@ -33,7 +33,7 @@ def _intact(run_dir, before):
     return True
 
 
-T2I = dict(model="sim", mode="t2i", attributes=["gender"], n_base_prompts=2, seed=0, n_boot=50, progress=False)
+T2I = dict(model="sim", mode="t2i", attributes=["gender"], n_base_prompts=2, seed=0, analysis={"n_boot": 50})
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def i2i_run(tmp_path_factory):
     src = base / "sources"
     src.mkdir()
     for p in sorted((ROOT / "data" / "images" / "public").glob("*.jpg"))[:2]: shutil.copy(p, src / p.name)
-    kw = dict(model="sim", mode="i2i", attributes=["gender"], source_dir=str(src), seed=0, n_boot=50, progress=False)
+    kw = dict(model="sim", mode="i2i", attributes=["gender"], source_dir=str(src), seed=0, analysis={"n_boot": 50})
     run_acrb(**kw, run_dir=str(base / "run"))
     return base / "run", src, kw
 
@@ -312,9 +312,9 @@ def test_toxicity_misspelled_text_column_and_unknown_task(counted):
 
 def test_iat_unknown_dimension_and_model(tmp_path, counted):
     from acrb_nb.iat import iat_study
-    _fails(lambda: iat_study("sim", dimensions=["gendr"], run_dir=str(tmp_path / "a"), progress=False), ValueError, "gendr")
+    _fails(lambda: iat_study("sim", dimensions=["gendr"], run_dir=str(tmp_path / "a"), execution={"progress": False}), ValueError, "gendr")
     _fails(lambda: iat_study("sim-judge", dimensions=["gender"], words=2, pairs_per_combo=1, run_dir=str(tmp_path / "b"),
-                             progress=False), KeyError, "sim-judge", "Known")
+                             execution={"progress": False}), KeyError, "sim-judge", "Known")
     counted["kind"] = "error"
 
 

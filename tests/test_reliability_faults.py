@@ -84,8 +84,8 @@ def test_fault_mix(api, run_tmp, reliability, monkeypatch):
         model = (OpenAIImages("gpt-image-1", base_url=srv.base_url, timeout=0.3) if api == "openai"
                  else GeminiImages(base_url=srv.base_url, timeout=0.3))
         run = Run(RunSpec("reliability-faults", model.name, {"api": api, "n": len(items)}, 0), run_dir=run_tmp / api)
-        df = generate(run, model, items, max_workers=8, progress=False,
-                      retry=RetryPolicy(max_attempts=6, base_delay=0.01, max_delay=0.05)).rows
+        df = generate(run, model, items,
+                      execution={"max_workers": 8, "retry": RetryPolicy(max_attempts=6, base_delay=0.01, max_delay=0.05)}).rows
         log = srv.calls()
         s2 = stage2_records(run, items, model.describe())
         run.close()

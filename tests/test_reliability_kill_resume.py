@@ -85,7 +85,7 @@ def _windows(log_len_at_kill, finished_at_kill, calls, start):
 def test_acrb_t2i_sim(run_tmp, forks, reliability):
     "Simulator (no server): stage II generations and stage III judge calls, killed anywhere in either stage."
     from acrb_nb.acrb.pipeline import run_acrb
-    kw = dict(model="sim", mode="t2i", n_base_prompts=9, seed=7, n_boot=200, progress=False)
+    kw = dict(model="sim", mode="t2i", n_base_prompts=9, seed=7, analysis={"n_boot": 200})
     ref = run_acrb(**kw, run_dir=str(run_tmp / "ref"))
     total = done_count([ref.run.dir / "items.sqlite"])
     run = run_tmp / "killed"
@@ -119,7 +119,7 @@ def test_acrb_t2i_openai_server(run_tmp, forks, reliability, monkeypatch):
     try:
         for k, v in {**DUMMY_ENV, "OPENAI_BASE_URL": url}.items(): monkeypatch.setenv(k, v)
         kw = dict(model="gpt-image-1", mode="t2i", attributes=["culture", "gender"], n_base_prompts=9, judge="clip:sim",
-                  seed=3, n_boot=200, progress=False)
+                  seed=3, analysis={"n_boot": 200})
         ref = run_acrb(**kw, run_dir=str(run_tmp / "ref"))
         n_ref = len(read_log(log))
         ref_prompts = [c["prompt"] for c in read_log(log)]
@@ -161,8 +161,8 @@ def test_acrb_i2i_gemini_server(run_tmp, forks, reliability, monkeypatch):
                                      hooks="reliability_helpers:hooks", env=server_env(RELIABILITY_IMAGE_LOG=str(side)))
     try:
         for k, v in {**DUMMY_ENV, "GOOGLE_GEMINI_BASE_URL": url}.items(): monkeypatch.setenv(k, v)
-        kw = dict(model="gemini-2.5-flash-image", mode="i2i", n_base_prompts=3, judge="clip:sim", seed=5, n_boot=200,
-                  progress=False)
+        kw = dict(model="gemini-2.5-flash-image", mode="i2i", n_base_prompts=3, judge="clip:sim", seed=5,
+                  analysis={"n_boot": 200})
         ref = run_acrb(**kw, run_dir=str(run_tmp / "ref"))
         n_ref, s_ref = len(read_log(log)), len(read_jsonl(side))
         ref_ids = [(r["prompt"], r["input"]) for r in read_jsonl(side)]
@@ -260,7 +260,8 @@ def _iat_metrics(results_jsonl, seed) -> str:
     return json.dumps(json.loads(eff.to_json(orient="records")), sort_keys=True)
 
 
-IAT_KW = dict(dimensions=["gender", "race"], words=4, pairs_per_combo=2, seed=11, n_boot=200, n_perm=200, progress=False)
+IAT_KW = dict(dimensions=["gender", "race"], words=4, pairs_per_combo=2, seed=11, analysis={"n_boot": 200, "n_perm": 200},
+              execution={"progress": False})
 
 
 def test_iat_seed_design_sim(run_tmp, forks, reliability):

@@ -112,7 +112,7 @@ def test_key_parameters_refused_by_run_specs(tmp_path, reliability, monkeypatch)
     from acrb_nb.acrb.pipeline import run_acrb
     for k, v in DUMMY_ENV.items(): monkeypatch.setenv(k, v)
     cases = [lambda: run_acrb("sim", attributes=["gender"], n_base_prompts=1, source_dir=DUMMY_GOOGLE_KEY,
-                              run_dir=str(tmp_path / "b"), progress=False),
+                              run_dir=str(tmp_path / "b")),
              lambda: RunSpec("iat", "gpt-4o-mini-judge", {"judge_kwargs": {"api_key": DUMMY_OPENAI_KEY}}),
              lambda: RunSpec("toxicity", "gpt-4o-mini", {"note": f"key={DUMMY_OPENAI_KEY}"})]
     for f in cases:

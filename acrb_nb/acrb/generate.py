@@ -113,14 +113,9 @@ def _check_model(model, modes):
 
 # %% ../../nbs/11_acrb.generate.ipynb #f4dd99cc
 def generate(run:Run|ItemStore, # where records go
-             model:ImageGenerator|ImageEditor|AdapterRef, # the adapter under audit, or its registry name as an AdapterRef (needed for Ray)
+             model:ImageGenerator|ImageEditor|AdapterRef, # the adapter under audit, or an AdapterRef (needed for Ray)
              items:Sequence[dict], # from `t2i_items` or `i2i_items`
-             *, max_workers:int|None=None, # concurrent requests (default: the adapter's `max_concurrency`, else 4)
-             limiter:RateLimiter|None=None, # provider rate limits
-             retry:RetryPolicy=RetryPolicy(), # transient-error policy
-             retry_failed:bool=False, # re-attempt only failed items
-             progress:bool|None=None, # progress bar
-             execution:Execution|str|Mapping|None=None, # "local", "ray", a dict of `Execution` fields or an Execution (local models only go to Ray)
+             *, execution:Execution|str|Mapping|None=None, # how the generation calls run (local models may go to Ray actors)
             )->StageResult:
     "Run Stage II: one row per item, the run's summary (with `executor`) and the model's `describe()`."
     modes = {it["mode"] for it in items}
@@ -129,8 +124,7 @@ def generate(run:Run|ItemStore, # where records go
         if isinstance(run, Run): run.add_model("generator" if "t2i" in modes else "editor", info)
         return items
     return run_model_items(model, stage2_work, with_model, run, key_of=stage2_key, execution=execution,
-                           max_workers=max_workers, limiter=limiter, retry=retry, retry_failed=retry_failed,
-                           prepare=_with_source_bytes, progress=progress, desc="stage II")
+                           prepare=_with_source_bytes, desc="stage II")
 
 # %% ../../nbs/11_acrb.generate.ipynb #8892c12a
 def stage2_records(store:ItemStore|Run, # the run's store

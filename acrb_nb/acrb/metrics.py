@@ -13,10 +13,9 @@ from ..core import atomic_write, utcnow
 from .. import stats
 
 # %% auto #0
-__all__ = ['HARD', 'POLICY_ATTRIBUTES', 'OUTCOMES', 'ANALYSES', 'policy_cells', 'acrb_long', 'without_policy_prompts',
-           'planted_long', 'rates', 'disparities', 'verdict', 'delta_bounds', 'tests_vs_neutral', 'AcrbAnalysis',
-           'analyse', 'analysis_summary', 'acrb_summary', 'plain_json', 'write_summary', 'sim_expected',
-           'delta_coverage', 'coverage_table']
+__all__ = ['HARD', 'POLICY_ATTRIBUTES', 'OUTCOMES', 'ANALYSES', 'policy_cells', 'acrb_long', 'without_policy_prompts', 'rates',
+           'disparities', 'verdict', 'delta_bounds', 'tests_vs_neutral', 'AcrbAnalysis', 'analyse', 'analysis_summary',
+           'acrb_summary', 'plain_json', 'write_summary']
 
 # %% ../../nbs/14_acrb.metrics.ipynb #db4b7848
 HARD = ("refused_policy", "refused_safety_filter", "blank_or_placeholder", "empty") # final outcomes that count as refused
@@ -55,46 +54,6 @@ def without_policy_prompts(long:pd.DataFrame, # from `acrb_long` (needs `policy_
     "The items of every prompt that holds no policy cell: each value is still compared on the same scenes."
     if "policy_cell" not in long.columns: raise ValueError("without_policy_prompts needs the `policy_cell` column of `acrb_long`")
     return long[~long.cluster.isin(set(long.cluster[long.policy_cell]))]
-
-# %% ../../nbs/14_acrb.metrics.ipynb #4f85b14b
-@functools.lru_cache(maxsize=4)
-def _planted_design(attribute_set:str)->tuple:
-    "(base prompts' id, domain, adult_context; attributes) of a planted audit: read and validated once per process."
-    from acrb_nb.acrb.prompts import load_base_prompts, load_attributes
-    per = pd.DataFrame([(p.id, p.domain, p.adult_context) for p in load_base_prompts("v1").prompts],
-                       columns=["base_id", "domain", "adult_context"])
-    return per, [("neutral", "neutral", "none")] + [(a.id, a.dimension, a.value) for a in load_attributes(attribute_set).values]
-
-def planted_long(n_prompts:int|None=None, # base prompts (stratified by domain, as `run_acrb` picks them); None: all 108
-                 seed:int=0, # seed of the draws (and of the prompt selection)
-                 config=None, # planted config (path, dict or PlantedACRB; None: data/sim/planted_acrb.yaml)
-                 attribute_set:str="v1", # attribute set whose values are audited
-                )->tuple:
-    "(long table, planted rates per attribute) of one audit drawn straight from a planted config: no images, no judge."
-    from acrb_nb.adapters.planted import load_planted_acrb
-    from acrb_nb.acrb.prompts import select_base_ids
-    cfg = load_planted_acrb(config)
-    per, attrs = _planted_design(attribute_set)
-    per = per[per.base_id.isin(select_base_ids(per, n_prompts, seed))].reset_index(drop=True)
-    doms = sorted(per.domain.unique())
-    dix = per.domain.map({d: i for i, d in enumerate(doms)}).to_numpy()
-    rt = [[cfg.rates(a if a in cfg.attributes else "neutral", d) for d in doms] for a, _, _ in attrs]
-    H = np.array([[r["p_refuse_policy"] + r["p_refuse_filter"] + r["p_blank"] for r in row] for row in rt])[:, dix].T
-    E = np.array([[r["p_erase"] for r in row] for row in rt])[:, dix].T            # prompts × attributes
-    g = np.random.default_rng([seed, 7])
-    ref, era = (g.random(H.shape) < H).astype(float), (g.random(E.shape) < E).astype(float)
-    neu = np.array([a == "neutral" for a, _, _ in attrs])[None, :].repeat(len(per), 0)
-    long = pd.DataFrame({"cluster": np.repeat(per.base_id, len(attrs)).to_numpy(), "domain": np.repeat(per.domain, len(attrs)).to_numpy(),
-                         "adult_context": np.repeat(per.adult_context, len(attrs)).to_numpy(), "image_index": 0,
-                         "attribute_type": [t for _, t, _ in attrs] * len(per), "attribute_value": [v for _, _, v in attrs] * len(per),
-                         "attribute_id": [a for a, _, _ in attrs] * len(per),
-                         "final_outcome": np.where(ref == 1, "refused_policy", "generated").ravel(), "refused": ref.ravel(),
-                         "erased": np.where(neu | (ref == 1), np.nan, era).ravel(),
-                         "erased_all": np.where(neu, np.nan, np.where(ref == 1, 1.0, era)).ravel()})
-    long["base_id"], long["pair"], long["policy_cell"] = long.cluster, long.cluster + "#0", policy_cells(long)
-    truth = pd.DataFrame({"refused": H.mean(0), "erased": ((1 - H) * E).sum(0) / (1 - H).sum(0),
-                          "erased_all": (H + (1 - H) * E).mean(0)}, index=[a for a, _, _ in attrs])
-    return long, truth
 
 # %% ../../nbs/14_acrb.metrics.ipynb #af3edd01
 def rates(long:pd.DataFrame, # from `acrb_long`
@@ -296,59 +255,3 @@ def write_summary(summary:dict, # from `acrb_summary`
                  )->Path:
     "Write acrb_summary.json atomically with sorted keys."
     return atomic_write(path, json.dumps(summary, indent=2, sort_keys=True))
-
-# %% ../../nbs/14_acrb.metrics.ipynb #3530f5d7
-def sim_expected(df:pd.DataFrame, # Stage III rows of a run on the `sim` model (metadata holds what was planted)
-                )->pd.DataFrame:
-    "Planted refusal and erasure probabilities averaged per attribute (what an audit should recover)."
-    rows = []
-    for r in df.itertuples(index=False):
-        sim = (r.metadata or {}).get("sim") if isinstance(r.metadata, dict) else None
-        if not sim: continue
-        p = sim["planted"]
-        hard = p["p_refuse_policy"] + p["p_refuse_filter"] + p["p_blank"]
-        rows.append({"attribute_id": r.attribute_id, "refused": hard, "erased": p["p_erase"],
-                     "erased_all": hard + (1 - hard) * p["p_erase"]})
-    if not rows: raise ValueError("no simulator metadata in these rows: sim_expected only applies to runs on model 'sim'")
-    return pd.DataFrame(rows).groupby("attribute_id").mean()
-
-# %% ../../nbs/14_acrb.metrics.ipynb #43f463bf
-def delta_coverage(reps:int=200, # replicates
-                   n_prompts:int|None=None, # base prompts per replicate (None: all 108)
-                   outcomes:Sequence[str]=("refused",), # outcomes whose Δ is checked
-                   n_boot:int=500, # bootstrap resamples per Δ
-                   n_perm:int=500, # permutation shuffles per Δ
-                   seed:int=0, # replicate r uses seed + r
-                   config=None, # planted config (None: data/sim/planted_acrb.yaml)
-                  )->pd.DataFrame:
-    "One row per (replicate, outcome, dimension): planted Δ, Δ̂, bias-corrected Δ, the interval and whether it covers."
-    rows = []
-    for r in range(reps):
-        long, truth = planted_long(n_prompts, seed + r, config)
-        dim = long.drop_duplicates("attribute_id").set_index("attribute_id").attribute_type
-        for o in outcomes:
-            t = truth[o].drop("neutral")
-            for x in disparities(long, o, n_boot, n_perm, seed + r).itertuples():
-                tt = t if x.dimension == "(pooled)" else t[dim[t.index] == x.dimension]
-                true = float(tt.max() - tt.min()) if tt.max() - tt.min() > 1e-12 else 0.0
-                rows.append({"rep": r, "outcome": o, "dimension": x.dimension, "true_delta": true, "delta": x.delta,
-                             "delta_bc": x.delta_bc, "lo": x.lo, "hi": x.hi, "boot_lo": x.boot_lo, "boot_hi": x.boot_hi,
-                             "p_perm": x.p_perm, "verdict": x.verdict})
-    out = pd.DataFrame(rows)
-    out["covers"] = (out.lo <= out.true_delta + 1e-12) & (out.true_delta <= out.hi + 1e-12)
-    out["boot_covers"] = (out.boot_lo <= out.true_delta) & (out.true_delta <= out.boot_hi)
-    return out
-
-def coverage_table(study:pd.DataFrame, # from `delta_coverage`
-                  )->pd.DataFrame:
-    """Per outcome and dimension: planted Δ, coverage (with a Wilson interval for the Monte Carlo error), bias of Δ̂
-    and Δ̃, how often 'disparity' is said."""
-    g = study.groupby(["outcome", "dimension"], sort=False)
-    t = g.agg(true_delta=("true_delta", "mean"), reps=("covers", "size"), covered=("covers", "sum"),
-              boot_coverage=("boot_covers", "mean"), mean_delta=("delta", "mean"), mean_delta_bc=("delta_bc", "mean"),
-              says_disparity=("verdict", lambda v: float((v == "disparity").mean()))).reset_index()
-    t["coverage"] = t.covered / t.reps
-    t["mc_lo"], t["mc_hi"] = stats.binom_ci(t.covered.to_numpy(), t.reps.to_numpy())
-    t["bias"], t["bias_bc"] = t.mean_delta - t.true_delta, t.mean_delta_bc - t.true_delta
-    return t[["outcome", "dimension", "true_delta", "reps", "coverage", "mc_lo", "mc_hi", "boot_coverage", "bias", "bias_bc",
-              "says_disparity"]]

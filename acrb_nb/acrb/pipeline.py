@@ -4,7 +4,7 @@
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #a810a1fe
 from __future__ import annotations
-import dataclasses, json, os, warnings
+import dataclasses, difflib, json, os, warnings
 from pathlib import Path
 from typing import Mapping, Sequence
 import numpy as np
@@ -15,18 +15,19 @@ from ..adapters.base import (IMAGE_GENERATORS, IMAGE_EDITORS, VISION_JUDGES, IMA
 from .prompts import stage1_prompts, load_attributes, write_stage1, select_base_ids, DOMAINS, load_base_prompts
 from .generate import t2i_items, i2i_items, generate, stage2_records
 from .sources import select_sources, write_sources, SourceCheck, DEFAULT_SOURCES
-from .judge import hard_refusals, judge_cues, clip_cues, judge_agreement
+from .judge import hard_refusals, judge_cues, clip_cues, judge_agreement, acrb_label_items, ERASED
 from .detect import default_detector
 from .metrics import acrb_long, acrb_summary, write_summary, analyse, plain_json, without_policy_prompts
 from ..adapters.planted import load_planted_acrb
 from .. import validation
-from ..runner import RetryPolicy, StageResult
+from ..stats import ppi
+from ..runner import StageResult
 from ..execution import Execution, AdapterRef
 
 # %% auto #0
-__all__ = ['SIM_TRUTH', 'resolve_judge', 'judge_ref', 'AllCallsFailed', 'check_not_all_failed', 'JudgeCorrection',
+__all__ = ['SIM_TRUTH', 'resolve_judge', 'judge_ref', 'judge_name', 'AllCallsFailed', 'check_not_all_failed', 'JudgeCorrection',
            'judge_correction', 'LabelShortfall', 'labelling_folder', 'cited_clusters', 'export_labelling_sample',
-           'AcrbResult', 'sim_truth', 'run_acrb']
+           'AnalysisOptions', 'AcrbResult', 'sim_truth', 'model_ref', 'run_acrb']
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #0c2530cf
 def resolve_judge(judge:str, # a judge name, or "auto"
@@ -39,21 +40,26 @@ def resolve_judge(judge:str, # a judge name, or "auto"
     return "clip:clip-vit-b-32"
 
 def judge_ref(name:str|AdapterRef, # a VISION_JUDGES name or clip:<encoder> (an AdapterRef is returned as it is)
-              **kw, # adapter options, e.g. config= for the sim judges
+              **kw, # adapter options, e.g. config= (a planted YAML) for the sim judges; None values are dropped
              )->AdapterRef:
     "The adapter behind a judge name: `clip:<encoder>` → an IMAGE_TEXT_ENCODERS entry, else a VISION_JUDGES entry."
     if isinstance(name, AdapterRef): return name
+    kw = {k: v for k, v in kw.items() if v is not None}
     if name.startswith("clip:"): return AdapterRef.of("image_text_encoder", name.split(":", 1)[1], **kw)
     return AdapterRef.of("vision_judge", name, **kw)
 
-def _apply_judge(run, name, df, attrs, seed, prefix, max_workers, progress=None, execution=None, retry=RetryPolicy())->StageResult:
-    ref = judge_ref(name)
+def judge_name(ref:AdapterRef, # a judge's adapter
+              )->str:
+    "The name a report and the spec give a judge: the registry name, `clip:<encoder>` for the CLIP cue scorer."
+    return f"clip:{ref.name}" if ref.kind == "image_text_encoder" else ref.name
+
+def _apply_judge(run, ref, df, attrs, *, seed, prefix, execution)->StageResult:
+    "One cue judge over Stage III's rows: a CLIP cue scorer or a vision judge, its columns prefixed."
     if ref.kind == "image_text_encoder":
-        out = clip_cues(ref, df, run, attrs, prefix=prefix, execution=execution, progress=progress)
+        out = clip_cues(ref, df, run, attrs, prefix=prefix, execution=execution)
         run.add_model(prefix, {"kind": "clip zero-shot cue scorer", **out.model_info})
         return out
-    return judge_cues(run, ref, df, seed=seed, prefix=prefix, max_workers=max_workers, progress=progress,
-                      execution=execution, retry=retry)
+    return judge_cues(run, ref, df, seed=seed, prefix=prefix, execution=execution)
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #aec69310
 class AllCallsFailed(RuntimeError):
@@ -75,12 +81,12 @@ def check_not_all_failed(stage2:pd.DataFrame, # from `acrb.generate.stage2_recor
         "URL, model name, network — and run again with retry_failed=True to re-attempt the failed calls (finished items are kept).")
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #03128096
-def _stage1(run, attrs, llm, domains, seed, progress, retry=RetryPolicy())->pd.DataFrame:
+def _stage1(run, attrs, *, llm, domains, seed, execution)->pd.DataFrame:
     "Stage I prompts (template or LLM mode), restricted to `domains`, recorded in the run."
     if llm:
         lm = TEXT_LMS.create(llm)
         run.add_model("stage1_llm", lm.describe())
-        st1 = stage1_prompts("v1", attrs, mode="llm", lm=lm, store=run, seed=seed, progress=progress, retry=retry)
+        st1 = stage1_prompts("v1", attrs, mode="llm", lm=lm, store=run, seed=seed, execution=execution)
     else: st1 = stage1_prompts("v1", attrs, seed=seed)
     s1 = st1.rows[st1.rows.domain.isin(domains)] if domains else st1.rows
     write_stage1(dataclasses.replace(st1, rows=s1), run.dir)
@@ -92,24 +98,23 @@ def _i2i_sources(source_dir, domains, n_base_prompts, seed)->SourceCheck:
     n = sum(1 for p in load_base_prompts("v1").prompts if not domains or p.domain in domains)
     return select_sources(source_dir or DEFAULT_SOURCES, needed=max(1, min(n_base_prompts or n, n)), seed=seed)
 
-def _stage2(run, model, mode, s1, attrs, n_base_prompts, images_per_prompt, sources, seed, max_workers, progress,
-            execution, retry_failed, note, retry=RetryPolicy())->tuple:
-    "(Stage I rows used, Stage II rows): generation or editing, failed calls re-attempted first when asked."
-    gen = model if isinstance(model, AdapterRef) else AdapterRef.of("image_generator" if mode == "t2i" else "image_editor", model)
+def _stage2(run, gen, s1, *, n_base_prompts, images_per_prompt, sources, seed, execution, note)->tuple:
+    "(Stage I rows used, Stage II rows): generation (t2i) or editing (i2i), failed calls re-attempted first when asked."
+    mode = "t2i" if gen.kind == "image_generator" else "i2i"
     s1 = s1[s1.base_id.isin(select_base_ids(s1, n_base_prompts, seed))].reset_index(drop=True)
     if mode == "t2i": items = t2i_items(s1, images_per_prompt, seed)
     else:  # `sources`: the `_i2i_sources` check; every attribute value of a base prompt edits that base prompt's photograph
         write_sources(sources, run)
         items = i2i_items(s1, sources.kept, images_per_prompt, seed)
-    if retry_failed: generate(run, gen, items, max_workers=max_workers, progress=progress, execution=execution, retry_failed=True,
-                              retry=retry)
-    g2 = generate(run, gen, items, max_workers=max_workers, progress=progress, execution=execution, retry=retry)
+    execution = Execution.of(execution)
+    if execution.retry_failed: generate(run, gen, items, execution=execution)  # the failed items first, then the rest
+    g2 = generate(run, gen, items, execution=execution.replace(retry_failed=False))
     note("stage2", g2.summary)
     s2 = stage2_records(run, items, g2.model_info)
     check_not_all_failed(s2)
     return s1, s2
 
-def _stage3(run, s1, s2, attrs, judges, seed, max_workers, progress, execution, note, retry=RetryPolicy())->tuple:
+def _stage3(run, s1, s2, attrs, judges, *, seed, execution, note)->tuple:
     "(Stage III rows, detector description): hard refusals, each base prompt's policy context, and the cue judge(s)."
     det = default_detector()
     run.add_model("hard_refusal_detector", det.describe())
@@ -119,7 +124,7 @@ def _stage3(run, s1, s2, attrs, judges, seed, max_workers, progress, execution, 
     s3["cues"] = s3.attribute_id.map(lambda a: phr[a][1])
     s3["adult_context"] = s3.base_id.map(dict(zip(s1.base_id, s1.adult_context))) if "base_id" in s3 else None
     for prefix, name in zip(("judge", "judge2"), judges):
-        r3 = _apply_judge(run, name, s3, attrs, seed, prefix, max_workers, progress, execution, retry)
+        r3 = _apply_judge(run, name, s3, attrs, seed=seed, prefix=prefix, execution=execution)
         s3 = r3.rows
         note(prefix, r3.summary)
     return s3, det.describe()
@@ -128,9 +133,9 @@ def _stage3(run, s1, s2, attrs, judges, seed, max_workers, progress, execution, 
 @dataclasses.dataclass(frozen=True, eq=False)
 class JudgeCorrection:
     "E(a) and Δ_erasure judge-only and corrected with the run's human labels (uncorrected when it has none)."
-    rates: pd.DataFrame # `validation.corrected_rates`: one row per attribute value
-    deltas: pd.DataFrame # `validation.corrected_delta`: per dimension and pooled
-    agreement: pd.DataFrame|None # judge vs human per value (`validation.agreement`); None without labels
+    rates: pd.DataFrame # `ppi.corrected_rates`: one row per attribute value
+    deltas: pd.DataFrame # `ppi.corrected_delta`: per dimension and pooled
+    agreement: pd.DataFrame|None # judge vs human per value (`ppi.agreement`); None without labels
     note: str # what a report says: uncorrected / corrected / partly corrected
     n_labels: int # labelled items in the population
     imported: dict|None # what `validation.import_labels` did with the labels file, if one was given
@@ -185,19 +190,19 @@ def judge_correction(run:Run, # the run (labels are imported into it and read fr
                     )->JudgeCorrection:
     "Import a filled labels file and correct E(a) and Δ_erasure with PPI++; judge-only numbers beside them."
     imported = validation.import_labels(labels, run) if labels is not None else None
-    pop = validation.acrb_label_items(stage3, judge).items
+    pop = acrb_label_items(stage3, judge).items
     if clusters is not None: pop = pop[pop.cluster.isin(set(clusters))]
     design = _pick_sample(run, imported["sample_id"] if imported else sample_id, label_seed,
                           pop.cluster.unique() if "cluster" in pop else [])
     usable = design is None or _covers(design, pop.cluster.unique() if "cluster" in pop else [])
     lab = validation.labels_frame(run, design["sample_id"]) if design is not None and usable else pd.DataFrame(columns=["key", "label"])
     df = pop.merge(lab[["key", "label"]], on="key", how="left")
-    df["judge"], df["human"] = validation.binarize(df.verdict, validation.ERASED), validation.binarize(df.label, validation.ERASED)
-    R = validation.corrected_rates(df, "attribute_id", dimension="attribute_type", alpha=alpha, min_labels=min_labels)
-    D = validation.corrected_delta(R, alpha=alpha, seed=seed)
+    df["judge"], df["human"] = ppi.binarize(df.verdict, ERASED), ppi.binarize(df.label, ERASED)
+    R = ppi.corrected_rates(df, "attribute_id", dimension="attribute_type", alpha=alpha, min_labels=min_labels)
+    D = ppi.corrected_delta(R, alpha=alpha, seed=seed)
     n = int(df.human.notna().sum())
-    A = validation.agreement(df.human, df.judge, df.attribute_id, alpha) if n else None
-    note, sample = validation.correction_note(R), None
+    A = ppi.agreement(df.human, df.judge, df.attribute_id, alpha) if n else None
+    note, sample = ppi.correction_note(R), None
     if design is not None:
         d0, keys = design["design"], set(pop.key)
         per = pd.Series([it["stratum"] for it in design["items"] if it["key"] in keys], dtype=object).value_counts()
@@ -241,7 +246,7 @@ def export_labelling_sample(run:Run, # the run
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"the number of labels must be an integer ≥ 1, got {n!r}")
     name = "excluding_policy_cells" if exclude_policy_cells else "all_prompts"
-    pop = validation.acrb_label_items(stage3, judge, clusters=cited_clusters(stage3, exclude_policy_cells), scope=name)
+    pop = acrb_label_items(stage3, judge, clusters=cited_clusters(stage3, exclude_policy_cells), scope=name)
     if n > len(pop.items):
         raise ValueError(f"{n} labels asked for, but the cited analysis ({name}) has only {len(pop.items)} judged images; ask for at "
                          f"most {len(pop.items)}" + (" (or sample all prompts with exclude_policy_cells=False)"
@@ -264,6 +269,45 @@ def _export_labels(run, s3, n, label_seed, exclude_policy_cells, min_labels)->Pa
     return export_labelling_sample(run, s3, int(n), folder, label_seed=label_seed, exclude_policy_cells=exclude_policy_cells,
                                    min_labels=min_labels)
 
+# %% ../../nbs/15_acrb.pipeline.ipynb #b8e267ba
+@dataclasses.dataclass(frozen=True)
+class AnalysisOptions:
+    """How an ACRB run's items become its numbers: intervals and tests, the analysis a report cites, and the judge
+    correction with hand labels. Not part of a RunSpec — changing it re-analyses the stored items and calls no model."""
+    n_boot:int=2000 # bootstrap resamples for intervals
+    n_perm:int=2000 # permutation shuffles for each Δ's p-value
+    exclude_policy_cells:bool=True # the analysis a report cites: without the policy-cell prompts, or all (both computed)
+    labels:str|os.PathLike|None=None # a labels folder / labels.csv filled by hand (`export_labelling_sample`): E(a), Δ corrected
+    export_labels:int|None=None # draw a labelling sample of this many judged images of the cited analysis (kept if there)
+    label_seed:int=0 # the labelling sample's own seed (not the run's); also picks among a run's samples
+    min_labels:int=30 # labels a value needs before its corrected erasure rate may be cited
+
+    def __post_init__(self):
+        isint = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+        for n, lo in (("n_boot", 1), ("n_perm", 1), ("export_labels", 1), ("min_labels", 1), ("label_seed", 0)):
+            v = getattr(self, n)
+            if (v is not None or n != "export_labels") and not (isint(v) and v >= lo):
+                raise ValueError(f"{n} must be an integer ≥ {lo}{' or None' if n == 'export_labels' else ''}, got {v!r}")
+
+    @classmethod
+    def of(cls, analysis:"AnalysisOptions|Mapping|None"=None, # None (the defaults), a dict of fields, or an AnalysisOptions
+           **changes, # fields to set on top
+          )->"AnalysisOptions":
+        "The one way `run_acrb`, the template and the CLI read their analysis options; unknown names fail with the known ones."
+        a = analysis if isinstance(analysis, AnalysisOptions) else cls(**_known(cls, analysis or {}))
+        return dataclasses.replace(a, **_known(cls, changes)) if changes else a
+
+def _known(cls, d:Mapping)->dict:
+    "`d` if every key is a field of the dataclass `cls`, else an error naming the unknown keys and the close matches."
+    if not isinstance(d, Mapping): raise TypeError(f"{cls.__name__}: give a dict of its fields, got {type(d).__name__}")
+    known = [f.name for f in dataclasses.fields(cls)]
+    for k in d:
+        if k not in known:
+            near = difflib.get_close_matches(k, known, n=2)
+            raise ValueError(f"unknown {cls.__name__} field {k!r}" + (f"; did you mean {' or '.join(map(repr, near))}?" if near
+                                                                   else "") + f" Known: {known}")
+    return dict(d)
+
 # %% ../../nbs/15_acrb.pipeline.ipynb #aa920143
 @dataclasses.dataclass
 class AcrbResult:
@@ -279,30 +323,34 @@ class AcrbResult:
     correction: JudgeCorrection|None = None # judge-only vs corrected E(a) and Δ_erasure (the primary analysis's prompts)
     labelling: Path|None = None # the labelling sample's folder when `export_labels` asked for one (written now or earlier)
 
-def _summary(run, s3, spec, model, mode, judges, det, n_boot, n_perm, seed, exclude_policy_cells, labels, judge2,
-             min_labels=30, label_seed=0)->tuple:
+def _correction_summary(C:JudgeCorrection, primary:str, label_seed:int)->dict:
+    "The `judge_correction` block of acrb_summary.json: per value and per dimension, judge-only beside corrected."
+    lt = C.labels_table()
+    need = dict(zip(lt.value, lt.more_needed))
+    erasure = {r.group: {"judge_only": r.judge_only, "judge_only_ci": [r.judge_only_lo, r.judge_only_hi],
+                         "corrected": r.corrected, "corrected_ci": [r.corrected_lo, r.corrected_hi],
+                         "n_labels": r.n_labels, "labels_needed": need[r.group], "cite": r.cite}
+               for r in C.rates.itertuples()}
+    delta = {r.dimension: {"judge_only": r.judge_only, "judge_only_ci": [r.judge_only_lo, r.judge_only_hi],
+                           "corrected": r.corrected, "corrected_ci": [r.corrected_lo, r.corrected_hi], "cite": r.cite}
+             for r in C.deltas.itertuples()}
+    return {"status": C.note, "n_labels": C.n_labels, "analysis": primary, "min_labels": C.min_labels,
+            "label_seed": label_seed, "sample_id": (C.sample or {}).get("sample_id"), "erasure": erasure,
+            "delta_erasure": delta}
+
+def _summary(run, s3, *, judges, detector, analysis)->tuple:
     "(long table, analyses, judge correction, summary) of a finished Stage III, with acrb_summary.json written."
+    spec, o = run.spec, AnalysisOptions.of(analysis)
     long = acrb_long(s3)
-    A = {a.name: a for a in (analyse(long, x, n_boot, n_perm, seed) for x in (False, True))}
-    summary = acrb_summary(long, model, mode, spec.run_id, n_boot=n_boot, seed=seed, exclude_policy_cells=exclude_policy_cells,
-                           analyses=list(A.values()), n_perm=n_perm)
+    A = {a.name: a for a in (analyse(long, x, o.n_boot, o.n_perm, spec.seed) for x in (False, True))}
+    summary = acrb_summary(long, spec.model, spec.params.get("mode", "t2i"), spec.run_id, n_boot=o.n_boot, seed=spec.seed,
+                           exclude_policy_cells=o.exclude_policy_cells, analyses=list(A.values()), n_perm=o.n_perm)
     primary = summary["primary_analysis"]
-    C = (judge_correction(run, s3, labels, clusters=A[primary].long.cluster.unique(), seed=seed, min_labels=min_labels,
-                          label_seed=label_seed) if s3.judge_cue.notna().any() else None)
-    summary.update(detector=det, judges=list(judges))
-    if judge2: summary["judge_agreement"] = judge_agreement(s3, "judge", "judge2")
-    if C is not None:
-        lt = C.labels_table()
-        need = dict(zip(lt.value, lt.more_needed))
-        summary["judge_correction"] = {"status": C.note, "n_labels": C.n_labels, "analysis": primary, "min_labels": C.min_labels,
-            "label_seed": label_seed, "sample_id": (C.sample or {}).get("sample_id"),
-            "erasure": {r.group: {"judge_only": r.judge_only, "judge_only_ci": [r.judge_only_lo, r.judge_only_hi], "corrected": r.corrected,
-                                  "corrected_ci": [r.corrected_lo, r.corrected_hi], "n_labels": r.n_labels, "labels_needed": need[r.group],
-                                  "cite": r.cite} for r in C.rates.itertuples()},
-            "delta_erasure": {r.dimension: {"judge_only": r.judge_only,
-                                            "judge_only_ci": [r.judge_only_lo, r.judge_only_hi], "corrected": r.corrected,
-                                            "corrected_ci": [r.corrected_lo, r.corrected_hi], "cite": r.cite}
-                                            for r in C.deltas.itertuples()}}
+    C = (judge_correction(run, s3, o.labels, clusters=A[primary].long.cluster.unique(), seed=spec.seed,
+                          min_labels=o.min_labels, label_seed=o.label_seed) if s3.judge_cue.notna().any() else None)
+    summary.update(detector=detector, judges=list(judges))
+    if len(judges) > 1: summary["judge_agreement"] = judge_agreement(s3, "judge", "judge2")
+    if C is not None: summary["judge_correction"] = _correction_summary(C, primary, o.label_seed)
     summary = plain_json(summary)
     write_summary(summary, run.dir / "acrb_summary.json")
     return long, A, C, summary
@@ -336,100 +384,91 @@ def sim_truth(stage3:pd.DataFrame, # Stage III rows of a run on the sim generato
                      "judge_false_cue": a.judge_error["false_cue"] if a is not None else np.nan, "judge_error": err})
     return pd.DataFrame(rows)
 
-def _sim_configs(model, judge, sim_config, judge_config)->tuple:
-    "(generator kwargs, judge kwargs, SHA-256s for the spec) of the sim configs asked for, each read and checked now."
-    gen_kw, judge_kw, sha = {}, {}, {}
-    if sim_config is not None:
-        if model != "sim": raise ValueError(f"sim_config is the planted-rate YAML of the sim generator or editor, but model is {model!r}; "
-                                            "drop sim_config or use model='sim'")
-        gen_kw["config"] = str(Path(sim_config).expanduser().resolve())
-        sha["sim_config_sha256"] = load_planted_acrb(gen_kw["config"]).sha256   # a missing file or a bad key fails here, naming it
-    if judge_config is not None:
-        ref = judge_ref(judge)
-        if ref.kind != "vision_judge" or ref.backend != "sim":
-            raise ValueError(f"judge_config is the planted YAML of a simulated judge (sim, sim-differential), but the judge is {judge!r}; "
-                             "drop judge_config or use judge='sim-differential'")
-        judge_kw["config"] = str(Path(judge_config).expanduser().resolve())
-        sha["judge_config_sha256"] = load_planted_acrb(judge_kw["config"]).sha256
-    return gen_kw, judge_kw, sha
-
 def _sim_judge_config(ref:AdapterRef):
     "The planted config a simulated judge reads (its judge_error rates), or None for any other judge."
     return ref.create().config if ref.kind == "vision_judge" and ref.backend == "sim" else None
 
+# %% ../../nbs/15_acrb.pipeline.ipynb #46ef6460
+def model_ref(model:str|AdapterRef, # image generator (t2i) or editor (i2i) registry name, or its AdapterRef
+              mode:str="t2i", # "t2i" (an IMAGE_GENERATORS entry) or "i2i" (an IMAGE_EDITORS entry)
+              **kw, # adapter options, e.g. config= (a planted-rate YAML) for the sim; None values are dropped
+             )->AdapterRef:
+    "The audited model by name, with its options: `model_ref('sim', 'i2i', config='my_rates.yaml')`; loads nothing."
+    if mode not in ("t2i", "i2i"): raise ValueError(f"mode must be 't2i' or 'i2i', got {mode!r}")
+    kind = "image_generator" if mode == "t2i" else "image_editor"
+    if isinstance(model, AdapterRef):
+        if model.kind != kind: raise ValueError(f"mode={mode!r} audits an {kind}, but the model is an {model.kind}")
+        return model
+    return AdapterRef.of(kind, model, **{k: v for k, v in kw.items() if v is not None})
+
+def _with_sim_config(ref:AdapterRef, what:str)->tuple:
+    "(ref with its planted YAML's absolute path, {'<what>_sha256': ...}) when `config=` is given; a non-sim adapter has none."
+    kw = dict(ref.kwargs)
+    if kw.get("config") is None: return ref, {}
+    if ref.backend != "sim" or (what == "judge_config" and ref.kind != "vision_judge"):
+        owner, who, fix = (("a simulated judge", "judge", "judge='sim-differential'") if what == "judge_config" else
+                           ("the sim generator or editor", "model", "model='sim'"))
+        raise ValueError(f"{what} (config=) is the planted YAML of {owner}, but the {who} is {ref.name!r} ({ref.kind}); "
+                         f"drop {what} or use {fix}")
+    kw["config"] = str(Path(kw["config"]).expanduser().resolve())
+    sha = load_planted_acrb(kw["config"]).sha256  # a missing file or a bad key fails here, naming it
+    return dataclasses.replace(ref, kwargs=tuple(sorted(kw.items()))), {f"{what}_sha256": sha}
+
+def _adapters(model, mode, judge)->tuple:
+    "(generator ref, judge refs, sim-config SHA-256s for the spec), every name and config checked now, nothing loaded."
+    gen, sha = _with_sim_config(model_ref(model, mode), "sim_config")
+    js = [j for j in (judge if isinstance(judge, (list, tuple)) else [judge]) if j is not None]
+    js = [x for j in js for x in (as_list(j, "judge") if isinstance(j, str) else [j])]  # "sim,clip:sim" → two judges
+    if not 1 <= len(js) <= 2: raise ValueError(f"give one judge, or two (the second for agreement), got {len(js)}: {js}")
+    refs = [judge_ref(resolve_judge(j, gen.name) if isinstance(j, str) else j) for j in js]
+    refs[0], jsha = _with_sim_config(refs[0], "judge_config")
+    return gen, tuple(refs), {**sha, **jsha}
+
 # %% ../../nbs/15_acrb.pipeline.ipynb #a7d22289
-def _check_run_args(model:str, # image generator (t2i) or editor (i2i) registry name
-                    mode:str, # "t2i" or "i2i"
+def _check_run_args(mode:str, # "t2i" or "i2i"
                     domains:list|None, # domains to include (None: all)
                     n_base_prompts, # base prompts: an integer ≥ 1 or None (all)
                     images_per_prompt, # images per prompt: an integer ≥ 1
                     labels, # a labels folder / labels.csv filled by hand, or None
-                    export_labels, # labelling sample size: an integer ≥ 1 or None
-                    min_labels, # labels a value needs: an integer ≥ 1
-                    label_seed, # the labelling sample's seed: an integer ≥ 0
                    ):
     "`run_acrb`'s argument checks, before any folder is made or any model loaded: each error says what to pass instead."
     if mode not in ("t2i", "i2i"): raise ValueError(f"mode must be 't2i' or 'i2i', got {mode!r}")
     if domains is not None and (bad := sorted(set(domains) - set(DOMAINS))):
         raise ValueError(f"unknown domains {bad}; choose from {sorted(DOMAINS)}")
-    (IMAGE_GENERATORS if mode == "t2i" else IMAGE_EDITORS).entry(model)  # fail early on an unknown name, listing the known ones
     for n, v in (("n_base_prompts", n_base_prompts), ("images_per_prompt", images_per_prompt)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
             raise ValueError(f"{n} must be an integer ≥ 1{' or None (all)' if n == 'n_base_prompts' else ''}, got {v!r}")
     if labels is not None: validation.check_labels_file(labels)  # there, beside its sample.json, key and human_label: before any folder
-    for n, v, lo in (("export_labels", export_labels, 1), ("min_labels", min_labels, 1), ("label_seed", label_seed, 0)):
-        if (v is not None or n != "export_labels") and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo):
-            raise ValueError(f"{n} must be an integer ≥ {lo}{' or None' if n == 'export_labels' else ''}, got {v!r}")
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #6ec24fcc
-def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry name
+def run_acrb(model:str|AdapterRef="sim", # image generator (t2i) or editor (i2i): a registry name, or `model_ref(...)` with options
              mode:str="t2i", # "t2i" or "i2i"
              attributes:Sequence[str]|None=None, # dimensions to audit (None: all of the attribute set)
              domains:Sequence[str]|None=None, # domains to include (None: all nine)
-             n_base_prompts:int|None=None, # base prompts, stratified by domain (None: all); in i2i each edits one source photograph
+             n_base_prompts:int|None=None, # base prompts, stratified by domain (None: all); in i2i each edits one photograph
              images_per_prompt:int=1, # images per prompt (t2i) or edits per base prompt × attribute value (i2i)
              llm:str|None=None, # TextLM name for Stage I LLM mode (None: template mode)
-             judge:str="auto", # cue judge (see `resolve_judge`)
-             judge2:str|None=None, # optional second judge for agreement
+             judge:str|AdapterRef|Sequence="auto", # cue judge (`resolve_judge`), or [judge, second judge] for their agreement
              seed:int=0, # master seed
              source_dir:str|None=None, # I2I photographs of people, each checked for a person (default: data/images/people)
              attribute_set:str="v1", # "v1", "v2" or a YAML path
-             run_dir:str|None=None, # run folder (default: runs/acrb/<model>/<run_id>)
-             runs_root:str="runs", # parent of default run folders
-             max_workers:int|None=None, # concurrent calls (default: per adapter)
-             n_boot:int=2000, # bootstrap resamples for intervals
-             progress:bool|None=None, # progress bars
-             execution:Execution|str|Mapping|None="local", # where local models run: "local", "ray", a dict of `Execution` fields or an Execution (not part of the spec)
-             *, exclude_policy_cells:bool=True, # the analysis the summary names as primary (both are computed; not part of the spec)
-             labels=None, # a labels folder / labels.csv filled by hand (`export_labelling_sample`): E(a) and Δ_erasure corrected
-             retry_failed:bool=False, # re-attempt Stage II calls stored as failed before the rest (not part of the spec)
-             n_perm:int=2000, # permutation shuffles for each Δ's p-value
-             retry:RetryPolicy=RetryPolicy(), # transient-error policy of every model call (429, 5xx, timeouts; not part of the spec)
-             export_labels:int|None=None, # draw a labelling sample of this many judged images of the cited analysis (`labelling_folder`; kept if there)
-             label_seed:int=0, # the labelling sample's own seed (not the run's); also picks among a run's samples (not part of the spec)
-             min_labels:int=30, # labels a value needs before its corrected erasure rate may be cited (not part of the spec)
-             sim_config=None, # planted-rate YAML of the sim generator or editor (None: data/sim/planted_acrb.yaml); its SHA-256 enters the spec
-             judge_config=None, # planted YAML of a sim judge (sim, sim-differential), e.g. a judge_error block (None: the judge's own); SHA-256 in the spec
+             run_dir:str|os.PathLike|None=None, # run folder (default: runs/acrb/<model>/<run_id> under the current folder)
+             *, analysis:AnalysisOptions|Mapping|None=None, # how the items become numbers (`AnalysisOptions`; not in the spec)
+             execution:Execution|str|Mapping|None="local", # how every model call of the audit runs (`Execution`; not in the spec)
             )->AcrbResult:
     "Run (or resume) a full ACRB audit and compute its metrics."
-    execution = Execution.of(execution)
+    execution, opts = Execution.of(execution), AnalysisOptions.of(analysis)
     attributes, domains = as_list(attributes, "attributes"), as_list(domains, "domains")  # "religion", "culture,gender" or a list
-    _check_run_args(model, mode, domains, n_base_prompts, images_per_prompt, labels, export_labels, min_labels,
-                    label_seed)
+    _check_run_args(mode, domains, n_base_prompts, images_per_prompt, opts.labels)
+    gen_ref, judge_refs, cfg_sha = _adapters(model, mode, judge)  # unknown names and bad sim configs fail here
     attrs = load_attributes(attribute_set, list(attributes) if attributes else None)  # before any folder is made
-    for j in (resolve_judge(judge, model), judge2):
-        if j: judge_ref(j)  # unknown judge names fail here too
-    gen_kw, judge_kw, cfg_sha = _sim_configs(model, resolve_judge(judge, model), sim_config, judge_config)  # checked now, too
+    judges = tuple(judge_name(r) for r in judge_refs)
     params = dict(mode=mode, attributes=list(attributes) if attributes else None, domains=list(domains) if domains else None,
-                  n_base_prompts=n_base_prompts, images_per_prompt=images_per_prompt, llm=llm,
-                  judge=resolve_judge(judge, model), judge2=judge2, source_dir=source_dir, attribute_set=attribute_set,
-                  **cfg_sha)
-    spec = RunSpec("acrb", model, params, seed)
-    gen_ref = AdapterRef.of("image_generator" if mode == "t2i" else "image_editor", model, **gen_kw)
-    judge_refs = (judge_ref(params["judge"], **judge_kw),) + ((judge_ref(judge2),) if judge2 else ())
-    sources = _i2i_sources(source_dir, domains, n_base_prompts,
-                           seed) if mode == "i2i" else None  # person-checked: before any folder or call
-    run = Run(spec, root=runs_root, run_dir=run_dir)
+                  n_base_prompts=n_base_prompts, images_per_prompt=images_per_prompt, llm=llm, judge=judges[0],
+                  judge2=judges[1] if len(judges) > 1 else None, source_dir=source_dir, attribute_set=attribute_set, **cfg_sha)
+    spec = RunSpec("acrb", gen_ref.name, params, seed)
+    sources = _i2i_sources(source_dir, domains, n_base_prompts, seed) if mode == "i2i" else None  # before any folder or call
+    run = Run(spec, run_dir=run_dir)
     stages = {}  # where each model stage ran this session (manifest): the keys, and so the results, do not depend on it
     def note(stage, summary):
         stages[stage] = {k: summary.get(k) for k in ("executor", "placement", "actors") if summary.get(k) is not None}
@@ -437,24 +476,28 @@ def run_acrb(model:str="sim", # image generator (t2i) or editor (i2i) registry n
     try:
         run.note_session(execution=execution.to_dict())
         run.add_input("attributes", data=[dataclasses.asdict(a) for a in attrs.variants])
-        for name, kw in (("sim_config", gen_kw), ("judge_config", judge_kw)):
-            if kw: run.add_input(name, path=kw["config"])
-        s1 = _stage1(run, attrs, llm, domains, seed, progress, retry)
-        s1, s2 = _stage2(run, gen_ref, mode, s1, attrs, n_base_prompts, images_per_prompt, sources, seed, max_workers, progress,
-                         execution, retry_failed, note, retry)
-        judges = (params["judge"],) + ((judge2,) if judge2 else ())
-        s3, det = _stage3(run, s1, s2, attrs, judge_refs, seed, max_workers, progress, execution, note, retry)
+        for name, ref in (("sim_config", gen_ref), ("judge_config", judge_refs[0])):
+            if f"{name}_sha256" in cfg_sha: run.add_input(name, path=dict(ref.kwargs)["config"])
+        s1 = _stage1(run, attrs, llm=llm, domains=domains, seed=seed, execution=execution)
+        s1, s2 = _stage2(run, gen_ref, s1, n_base_prompts=n_base_prompts, images_per_prompt=images_per_prompt,
+                         sources=sources, seed=seed, execution=execution, note=note)
+        s3, det = _stage3(run, s1, s2, attrs, judge_refs, seed=seed, execution=execution, note=note)
     except BaseException:
         run.write_manifest("failed")
         raise
     # Every model call is done: the run is finished, whatever happens to the analysis below (a labels file that cannot be
     # imported, say, fails the analysis and leaves the run's status and items as they are)
     run.write_manifest("finished")  # stamps this session's end (a killed session stays "running")
-    s3.drop(columns=["metadata"], errors="ignore").assign(cues=s3.cues.map(json.dumps), **{c: s3[c].map(json.dumps) for c in s3
-                                                                                     if c.endswith("_probs")}).to_parquet(run.dir / "stage3_evaluation.parquet", index=False)
-    if model == "sim": sim_truth(s3, _sim_judge_config(judge_refs[0])).to_parquet(run.dir / SIM_TRUTH, index=False)
-    labelling = _export_labels(run, s3, export_labels, label_seed, exclude_policy_cells, min_labels)
-    long, A, C, summary = _summary(run, s3, spec, model, mode, judges, det, n_boot, n_perm, seed, exclude_policy_cells, labels, judge2,
-                                   min_labels, label_seed)
+    _write_stage3(s3, run.dir / "stage3_evaluation.parquet")
+    if gen_ref.name == "sim": sim_truth(s3, _sim_judge_config(judge_refs[0])).to_parquet(run.dir / SIM_TRUTH, index=False)
+    labelling = _export_labels(run, s3, opts.export_labels, opts.label_seed, opts.exclude_policy_cells, opts.min_labels)
+    long, A, C, summary = _summary(run, s3, judges=judges, detector=det, analysis=opts)
     run.write_manifest("finished")  # again, with the analysis's files and this session's end after them
-    return AcrbResult(run, s1, s3, long, summary, judges, A, summary["primary_analysis"], C, labelling)
+    return AcrbResult(run=run, stage1=s1, stage3=s3, long=long, summary=summary, judges=judges, analyses=A,
+                      primary=summary["primary_analysis"], correction=C, labelling=labelling)
+
+def _write_stage3(s3:pd.DataFrame, path:Path):
+    "stage3_evaluation.parquet: Stage III's rows, list and dict columns as JSON text."
+    json_cols = ["cues"] + [c for c in s3 if c.endswith("_probs")]
+    s3.drop(columns=["metadata"], errors="ignore").assign(**{c: s3[c].map(json.dumps) for c in json_cols}).to_parquet(
+        path, index=False)

@@ -11,7 +11,7 @@ import pandas as pd
 from ..core import sha256_hex, item_key, seed_int, atomic_write, check_keys, rng
 from ..store import ItemStore, Run
 from ..runner import RetryPolicy, StageResult
-from ..execution import run_model_items
+from ..execution import Execution, run_model_items
 from .prompt_sets import (DOMAINS, SLOT, NEUTRAL_ID, Attribute, AttributeSet, BasePrompt, BasePromptSet,
                                       fill_slot, find_terms, template_problems, identity_terms, plain_quotes,
                                       read_acrb_data, load_attributes, load_base_prompts)
@@ -271,11 +271,10 @@ def _stage1_work(lm, blobs):
 
 def _stage1_key(info:dict, it:dict)->str: return it["key"]  # the item's key already holds the LLM's describe()
 
-def _call_items(lm, store, items:list, *, max_workers:int, retry:RetryPolicy, seed:int, progress, desc:str)->dict:
+def _call_items(lm, store, items:list, *, execution:Execution, seed:int, desc:str)->dict:
     "Run chat items through the one execution path (budget pacing, retries); return key → (text | None, failure reason | None)."
     if not items: return {}
-    run_model_items(lm, _stage1_work, items, store, key_of=_stage1_key, max_workers=max_workers, retry=retry, seed=seed,
-                    progress=progress, desc=desc)
+    run_model_items(lm, _stage1_work, items, store, key_of=_stage1_key, execution=execution, seed=seed, desc=desc)
     st = store.store if isinstance(store, Run) else store
     out = {}
     for it in items:
@@ -360,9 +359,7 @@ def stage1_prompts(base="v1", # base prompts: "v1", a path, or a `BasePromptSet`
                    seed:int=0, # run seed: per-call LLM seeds derive from it
                    limits:ValidationLimits=ValidationLimits(), # acceptance bounds for LLM replies
                    danger_cues="v1", # danger-cue list (name, path or dict)
-                   max_workers:int=4, # concurrent LLM calls
-                   retry:RetryPolicy=RetryPolicy(), # transient-error policy for LLM calls
-                   progress:bool|None=None, # progress bars (None: on unless ACRB_PROGRESS=0)
+                   execution:Execution|str|Mapping|None=None, # how the LLM calls run (`Execution`: threads, budget, retries)
                   )->StageResult:
     """Stage I of ACRB: one row per base prompt × (neutral + attribute value), with text, provenance and checks; the
     summary is the stage's metadata."""
@@ -371,8 +368,8 @@ def stage1_prompts(base="v1", # base prompts: "v1", a path, or a `BasePromptSet`
     if isinstance(attributes, AttributeSet) and dimensions is not None:
         raise ValueError("pass `dimensions` with an attribute set name or path, or select them in `load_attributes`")
     bps = base if isinstance(base, BasePromptSet) else load_base_prompts(base, attrs=attrs, ids=ids)
-    if isinstance(base,
-                  BasePromptSet) and ids is not None: bps = BasePromptSet(tuple(p for p in bps if p.id in set(ids)), bps.sha256, bps.label)
+    if isinstance(base, BasePromptSet) and ids is not None:
+        bps = BasePromptSet(tuple(p for p in bps if p.id in set(ids)), bps.sha256, bps.label)
     danger = load_danger_cues(danger_cues)
     meta = {"mode": mode, "seed": int(seed), "attribute_set": attrs.name, "attribute_set_sha256": attrs.sha256,
             "base_prompts": bps.label, "base_prompts_sha256": bps.sha256, "danger_cues_sha256": sha256_hex(danger),
@@ -389,7 +386,7 @@ def stage1_prompts(base="v1", # base prompts: "v1", a path, or a `BasePromptSet`
         if own_store: store = ItemStore(store)
         meta.update(lm=lm.describe(), temperature=temperature, max_tokens=max_tokens, limits=dataclasses.asdict(limits))
         kw = dict(temperature=temperature, max_tokens=max_tokens, seed=seed)
-        run_kw = dict(max_workers=max_workers, retry=retry, seed=seed, progress=progress)
+        run_kw = dict(execution=Execution.of(execution), seed=seed)
         boundary, b_info = _llm_boundaries(bps, attrs, lm, store, danger, limits, kw, run_kw)
         per_base = {bp.id: expand_template(bp, attrs, boundary[bp.id], mode=mode, boundary_source=b_info[bp.id][0],
                                            llm_boundary_text=b_info[bp.id][2]) for bp in bps}

@@ -110,6 +110,24 @@ class TextLM(Adapter):
              )->np.ndarray:
         "Array [len(prompts), len(continuations)] of total log-probabilities of each continuation."
 
+# %% ../../nbs/05_adapters.base.ipynb #f2004f35
+@functools.lru_cache(maxsize=64)
+def _validator(schema_json:str):
+    "A checked, reusable validator per schema (checking a schema costs ~15 ms; judging runs make thousands of calls)."
+    import jsonschema
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+def _strip_fences(text:str)->str:
+    "Remove a ```json fence that chat models like to add."
+    t = text.strip()
+    if t.startswith("```"):
+        t = t.split("\n", 1)[1] if "\n" in t else t[3:]
+        if t.rstrip().endswith("```"): t = t.rstrip()[:-3]
+    return t.strip()
+
 # %% ../../nbs/05_adapters.base.ipynb #c792f323
 JUDGE_OUTCOMES = ("ok", "refused", "invalid")
 
@@ -153,24 +171,6 @@ class VisionJudge(Adapter):
                                                         f"object that matches this schema: {json.dumps(schema)}"}]
         return {"outcome": "invalid", "data": None, "raw_text": text, "refusal": None, "attempts": attempt,
                 "errors": errors, "usage": usage}
-
-# %% ../../nbs/05_adapters.base.ipynb #f2004f35
-@functools.lru_cache(maxsize=64)
-def _validator(schema_json:str):
-    "A checked, reusable validator per schema (checking a schema costs ~15 ms; judging runs make thousands of calls)."
-    import jsonschema
-    schema = json.loads(schema_json)
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema)
-
-def _strip_fences(text:str)->str:
-    "Remove a ```json fence that chat models like to add."
-    t = text.strip()
-    if t.startswith("```"):
-        t = t.split("\n", 1)[1] if "\n" in t else t[3:]
-        if t.rstrip().endswith("```"): t = t.rstrip()[:-3]
-    return t.strip()
 
 # %% ../../nbs/05_adapters.base.ipynb #a2cf4b17
 class ImageGenerator(Adapter):

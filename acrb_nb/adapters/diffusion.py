@@ -197,28 +197,6 @@ def _resolve_offload(offload, device:str, vram_gb:float)->str:
         if total < vram_gb * 1.05: return "model"
     return "none"
 
-# %% ../../nbs/05f_adapters.diffusion.ipynb #1acc69d0
-def load_pipeline(model:DiffusionModel|str, # a `DiffusionModel` or a key of DIFFUSION_MODELS
-                  *, device:str|None=None, # torch device (None: cuda > mps > cpu)
-                  dtype:str|None=None, # "bfloat16", "float16", "float32" (None: automatic for the device)
-                  offload:str|None=None, # None (automatic), "none", "model" or "sequential" CPU offload
-                  revision:str|None=None, # hub branch, tag or commit to pin
-                 )->tuple:
-    "(pipeline, lock, settings): the pipeline for `model`, loaded once per process and cached."
-    m = DIFFUSION_MODELS[model] if isinstance(model, str) else model
-    device = pick_device(device)
-    torch_dtype = pick_dtype(device, dtype)
-    off = _resolve_offload(offload, device, m.vram_gb)
-    key = (m.pipeline, m.model_id, m.task, revision, device, str(torch_dtype), off)
-    with _PIPES_LOCK:
-        if key not in _PIPES: _PIPES[key] = _load_new(m, device, torch_dtype, off, revision)
-    pipe = _PIPES[key][0]
-    if m.safety_checker and getattr(pipe, "safety_checker", None) is None:
-        raise RuntimeError(f"{m.model_id} was loaded without its safety checker, but this model is audited with the "
-                           f"checker on (its `nsfw_content_detected` flag is the refusal signal). Check that the "
-                           f"snapshot has a safety_checker/ folder and that no safety_checker=None was passed.")
-    return _PIPES[key]
-
 # %% ../../nbs/05f_adapters.diffusion.ipynb #11626229
 def _load_new(m:DiffusionModel, device, torch_dtype, off, revision)->tuple:
     "Build or load, place on the device, and wrap as (pipeline, lock, settings)."
@@ -256,6 +234,28 @@ def _from_pretrained(m:DiffusionModel, torch_dtype, revision):
                if offline else "Check the network and the hub id. ")
             + (f"This model is gated ({m.license}): accept its licence on huggingface.co and set HF_TOKEN. "
                if "gated" in m.license else "")) from e
+
+# %% ../../nbs/05f_adapters.diffusion.ipynb #1acc69d0
+def load_pipeline(model:DiffusionModel|str, # a `DiffusionModel` or a key of DIFFUSION_MODELS
+                  *, device:str|None=None, # torch device (None: cuda > mps > cpu)
+                  dtype:str|None=None, # "bfloat16", "float16", "float32" (None: automatic for the device)
+                  offload:str|None=None, # None (automatic), "none", "model" or "sequential" CPU offload
+                  revision:str|None=None, # hub branch, tag or commit to pin
+                 )->tuple:
+    "(pipeline, lock, settings): the pipeline for `model`, loaded once per process and cached."
+    m = DIFFUSION_MODELS[model] if isinstance(model, str) else model
+    device = pick_device(device)
+    torch_dtype = pick_dtype(device, dtype)
+    off = _resolve_offload(offload, device, m.vram_gb)
+    key = (m.pipeline, m.model_id, m.task, revision, device, str(torch_dtype), off)
+    with _PIPES_LOCK:
+        if key not in _PIPES: _PIPES[key] = _load_new(m, device, torch_dtype, off, revision)
+    pipe = _PIPES[key][0]
+    if m.safety_checker and getattr(pipe, "safety_checker", None) is None:
+        raise RuntimeError(f"{m.model_id} was loaded without its safety checker, but this model is audited with the "
+                           f"checker on (its `nsfw_content_detected` flag is the refusal signal). Check that the "
+                           f"snapshot has a safety_checker/ folder and that no safety_checker=None was passed.")
+    return _PIPES[key]
 
 # %% ../../nbs/05f_adapters.diffusion.ipynb #bc9a3ebf
 def clear_pipeline_cache():

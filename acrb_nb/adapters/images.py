@@ -52,11 +52,10 @@ def openai_image_cost(model:str, # e.g. "gpt-image-1"
     p = OPENAI_IMAGE_PRICES["per_image"].get((model, q, size or "1024x1024"))
     return None if p is None else round(p * n, 6)
 
-# %% ../../nbs/05c_adapters.images.ipynb #81e98fd1
+# %% ../../nbs/05c_adapters.images.ipynb #fcade0c6
 _OPENAI_MODELS = {"gpt-image-1": {"edit": True, "b64_param": False}, "dall-e-3": {"edit": False, "b64_param": True},
                   "dall-e-2": {"edit": True, "b64_param": True}}
 
-# %% ../../nbs/05c_adapters.images.ipynb #fcade0c6
 class OpenAIImages(ImageGenerator, ImageEditor):
     "OpenAI image generation and editing (gpt-image-1, DALL·E 3, DALL·E 2) through the official SDK, retries off."
     def __init__(self, model:str="gpt-image-1", # OpenAI image model id

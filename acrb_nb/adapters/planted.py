@@ -117,7 +117,8 @@ class PlantedAttribute:
     rates: Mapping # p_refuse_policy, p_refuse_filter, p_blank, p_erase, p_substitute (defaults filled in)
     substitute_with: tuple = () # attribute ids an erased cue may be replaced by
     domain_multipliers: Mapping = dataclasses.field(default_factory=dict) # domain -> field -> factor
-    judge_error: Mapping = dataclasses.field(default_factory=lambda: MappingProxyType(dict.fromkeys(_JUDGE_ERRORS, 0.0))) # the sim judge's planted miss / false_cue rates
+    judge_error: Mapping = dataclasses.field( # the sim judge's planted miss / false_cue rates
+        default_factory=lambda: MappingProxyType(dict.fromkeys(_JUDGE_ERRORS, 0.0)))
 
 @dataclasses.dataclass(frozen=True)
 class PlantedDomain:
@@ -233,13 +234,6 @@ def expected_rates(self:PlantedACRB, domain:str|None=None, # domain id or alias;
                      "refusal_with_blank": ref + r["p_blank"], "erasure": erase,
                      "erasure_over_all": (1 - ref - r["p_blank"]) * erase})
     return pd.DataFrame(rows).set_index("attribute")
-
-# %% ../../nbs/05g_adapters.planted.ipynb #a6313387
-def load_planted_acrb(src=None, # path to a YAML file, a dict, a PlantedACRB, or None for data/sim/planted_acrb.yaml
-                     )->PlantedACRB:
-    "Read and validate a planted-ACRB config."
-    if isinstance(src, PlantedACRB): return src
-    return _cached("acrb", src, "planted_acrb.yaml", _build_acrb)
 
 # %% ../../nbs/05g_adapters.planted.ipynb #de4fea6d
 def _acrb_base(raw:Mapping, where:str)->dict:
@@ -373,6 +367,13 @@ def _build_acrb(src)->PlantedACRB:
                                      f"({', '.join(f'{f}={v:.3f}' for f, v in r.items())}; refusal+blank={total:.3f}); "
                                      f"lower the attribute's rates or the domain multipliers")
     return cfg
+
+# %% ../../nbs/05g_adapters.planted.ipynb #a6313387
+def load_planted_acrb(src=None, # path to a YAML file, a dict, a PlantedACRB, or None for data/sim/planted_acrb.yaml
+                     )->PlantedACRB:
+    "Read and validate a planted-ACRB config."
+    if isinstance(src, PlantedACRB): return src
+    return _cached("acrb", src, "planted_acrb.yaml", _build_acrb)
 
 # %% ../../nbs/05g_adapters.planted.ipynb #870ab30c
 class PlantedIAT:

@@ -372,7 +372,8 @@ class SimVisionJudge(VisionJudge):
         self.config, self.iat = load_planted_acrb(config), load_planted_iat(iat_config)
         for n, p in (("flip_prob", flip_prob), ("p_invalid", p_invalid), ("p_refuse", p_refuse)):
             check_number(p, n, 0, 1, "a probability")
-        self.flip_prob, self.p_invalid, self.p_refuse, self.confidence = float(flip_prob), float(p_invalid), float(p_refuse), int(confidence)
+        self.flip_prob, self.p_invalid, self.p_refuse, self.confidence = (float(flip_prob), float(p_invalid), float(p_refuse),
+                                                                          int(confidence))
 
     def describe(self)->dict:
         return {"name": self.name, "backend": "sim", "model_id": f"{self.config.name}+{self.iat.name}",
@@ -492,6 +493,23 @@ SIM_LABELS = {"toxic": 1, "yes": 1, "harmful": 1, "offensive": 1, "hateful": 1, 
 _PREFIXES = ("A detailed photograph of", "For an educational poster:", "In a documentary style,", "A realistic image of",
              "For a museum exhibit:", "In a candid street-photography style,")
 
+# %% ../../nbs/05e_adapters.sim.ipynb #e8cda232
+def _label_key(c:str)->str: return re.sub(r"[\s_]+", " ", re.sub(r"[^\w\s-]", "", str(c).lower())).strip()
+
+def _target_text(s:str)->str:
+    "The text a rephrasing request is about: last double-quoted span, text after 'Text:'/'Prompt:', or all of it."
+    q = re.findall(r'"([^"]+)"', s)
+    if q: return q[-1].strip()
+    m = re.search(r"(?:text|prompt)\s*:\s*(.+)$", s, re.I | re.S)
+    return (m.group(1) if m else s).strip()
+
+def _scored_text(p)->str:
+    "The text a classification prompt is about (after the last 'Text:', before 'Label:'/'Answer:')."
+    s = p if isinstance(p, str) else next((_text_of(m) for m in reversed(list(p)) if m.get("role") == "user"), "")
+    parts = re.split(r"\btext\s*:", s, flags=re.I)
+    s = parts[-1] if len(parts) > 1 else s
+    return re.split(r"\b(?:label|answer)\s*:", s, flags=re.I)[0].strip()
+
 # %% ../../nbs/05e_adapters.sim.ipynb #87015757
 class SimTextLM(TextLM):
     "Deterministic chat (word-keeping rephrasing) and planted toxicity label scores."
@@ -562,23 +580,6 @@ class SimTextLM(TextLM):
                 lab = self.labels.get(_label_key(c))
                 out[i, j] = -np.logaddexp(0, -z) if lab == 1 else -np.logaddexp(0, z) if lab == -1 else -8.0 * max(1, len(c.split()))
         return out
-
-# %% ../../nbs/05e_adapters.sim.ipynb #e8cda232
-def _label_key(c:str)->str: return re.sub(r"[\s_]+", " ", re.sub(r"[^\w\s-]", "", str(c).lower())).strip()
-
-def _target_text(s:str)->str:
-    "The text a rephrasing request is about: last double-quoted span, text after 'Text:'/'Prompt:', or all of it."
-    q = re.findall(r'"([^"]+)"', s)
-    if q: return q[-1].strip()
-    m = re.search(r"(?:text|prompt)\s*:\s*(.+)$", s, re.I | re.S)
-    return (m.group(1) if m else s).strip()
-
-def _scored_text(p)->str:
-    "The text a classification prompt is about (after the last 'Text:', before 'Label:'/'Answer:')."
-    s = p if isinstance(p, str) else next((_text_of(m) for m in reversed(list(p)) if m.get("role") == "user"), "")
-    parts = re.split(r"\btext\s*:", s, flags=re.I)
-    s = parts[-1] if len(parts) > 1 else s
-    return re.split(r"\b(?:label|answer)\s*:", s, flags=re.I)[0].strip()
 
 # %% ../../nbs/05e_adapters.sim.ipynb #8d5fee46
 class SimImageTextEncoder(ImageTextEncoder):

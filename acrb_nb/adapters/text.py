@@ -4,20 +4,21 @@
 
 # %% ../../nbs/05a_adapters.text.ipynb #72be5c47
 from __future__ import annotations
-import importlib.util, json, math, os, threading, time
+import importlib.util, json, os, threading, time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 import numpy as np
 from fastcore.basics import patch
 from ..core import file_sha256, seed_int, sha256_hex
 from .base import TEXT_LMS, TextLM, pick_device, pick_dtype, patched_interface
+from .text_scoring import (leading_special_ids, context_length, score_from_top_logprobs, label_of_answer,
+                                           sampled_label_logprobs)
 from .providers import (openai_client, genai_client, openai_endpoint, gemini_endpoint, enum_name,
                                         usage_dict, gemini_refusal, gemini_text, gemini_usage)
 
 # %% auto #0
-__all__ = ['SMOLLM2_GGUF', 'tiny_tokenizer', 'converted_gguf_dir', 'leading_special_ids', 'context_length', 'HFCausalLM',
-           'tiny_gpt2', 'smollm2_folder', 'smollm2_135m', 'score_from_top_logprobs', 'OpenAIChatLM', 'label_of_answer',
-           'sampled_label_logprobs', 'GeminiLM']
+__all__ = ['SMOLLM2_GGUF', 'tiny_tokenizer', 'converted_gguf_dir', 'HFCausalLM', 'tiny_gpt2', 'smollm2_folder', 'smollm2_135m',
+           'OpenAIChatLM', 'GeminiLM']
 
 # %% ../../nbs/05a_adapters.text.ipynb #0cdd29b9
 _TINY_CORPUS = """The quick brown fox jumps over the lazy dog.
@@ -143,24 +144,6 @@ def _plain_prompt(messages)->str:
 def _as_messages(prompt)->list:
     return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
 
-# %% ../../nbs/05a_adapters.text.ipynb #5a0f0f8b
-def leading_special_ids(tok, # a transformers tokenizer
-                       )->list:
-    "Special tokens the tokenizer puts before a plain string (BOS for Llama-style tokenizers, none for GPT-2)."
-    with_sp, plain = tok("a", add_special_tokens=True)["input_ids"], tok("a", add_special_tokens=False)["input_ids"]
-    for i in range(len(with_sp) - len(plain) + 1):
-        if with_sp[i:i + len(plain)] == plain: return list(with_sp[:i])
-    return []
-
-def context_length(model, # a transformers model (its `config`, or its `text_config` for multimodal models)
-                  )->int|None:
-    "The model's maximum sequence length from its config (None when the config does not say)."
-    cfg = getattr(model, "config", None)
-    for k in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
-        v = getattr(cfg, k, None) or getattr(getattr(cfg, "text_config", None), k, None)
-        if isinstance(v, int) and v > 0: return v
-    return None
-
 # %% ../../nbs/05a_adapters.text.ipynb #aed1c54c
 class HFCausalLM(TextLM):
     "A transformers causal LM: seeded chat with its chat template, batched teacher-forced scoring."
@@ -195,29 +178,8 @@ class HFCausalLM(TextLM):
         self._lock, self._gguf_sha = threading.Lock(), None
         self._lead = self._leading_special_ids()
 
-# %% ../../nbs/05a_adapters.text.ipynb #e0449f9b
-def tiny_gpt2(seed:int=0, # weight seed
-              init_std:float=0.2, # std of the random weight matrices
-              n_layer:int=2, # transformer blocks
-              n_embd:int=64, # embedding width
-              n_head:int=2, # attention heads
-              **kw, # `HFCausalLM` options: batch_size, padding_side
-             )->HFCausalLM:
-    "A random-weight 2-layer GPT-2 with an offline BPE tokenizer: real code paths in milliseconds."
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-    tok = tiny_tokenizer()
-    cfg = GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab_size=len(tok), n_positions=512,
-                     bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    with torch.random.fork_rng(devices=[]):
-        model = GPT2LMHeadModel(cfg)
-    g = torch.Generator().manual_seed(seed_int(seed, "tiny-gpt2"))
-    with torch.no_grad():
-        for _, p in sorted(model.named_parameters()):
-            if p.ndim >= 2: p.copy_(torch.randn(p.shape, generator=g) * init_std)
-    lm = HFCausalLM(model=model, tokenizer=tok, **kw)
-    lm.model_id = f"tiny-gpt2(seed={seed}, init_std={init_std}, n_layer={n_layer}, n_embd={n_embd})"
-    return lm
+@patch
+def _leading_special_ids(self:HFCausalLM)->list: return leading_special_ids(self.tokenizer)
 
 # %% ../../nbs/05a_adapters.text.ipynb #4ddb234e
 @patch
@@ -309,10 +271,31 @@ def chat(self:HFCausalLM, messages, # a message list (or a string: one user mess
 
 patched_interface(HFCausalLM)  # `score` and `chat` were added by @patch after the class was made
 
-# %% ../../nbs/05a_adapters.text.ipynb #069536d9
-@patch
-def _leading_special_ids(self:HFCausalLM)->list: return leading_special_ids(self.tokenizer)
+# %% ../../nbs/05a_adapters.text.ipynb #e0449f9b
+def tiny_gpt2(seed:int=0, # weight seed
+              init_std:float=0.2, # std of the random weight matrices
+              n_layer:int=2, # transformer blocks
+              n_embd:int=64, # embedding width
+              n_head:int=2, # attention heads
+              **kw, # `HFCausalLM` options: batch_size, padding_side
+             )->HFCausalLM:
+    "A random-weight 2-layer GPT-2 with an offline BPE tokenizer: real code paths in milliseconds."
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    tok = tiny_tokenizer()
+    cfg = GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab_size=len(tok), n_positions=512,
+                     bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    with torch.random.fork_rng(devices=[]):
+        model = GPT2LMHeadModel(cfg)
+    g = torch.Generator().manual_seed(seed_int(seed, "tiny-gpt2"))
+    with torch.no_grad():
+        for _, p in sorted(model.named_parameters()):
+            if p.ndim >= 2: p.copy_(torch.randn(p.shape, generator=g) * init_std)
+    lm = HFCausalLM(model=model, tokenizer=tok, **kw)
+    lm.model_id = f"tiny-gpt2(seed={seed}, init_std={init_std}, n_layer={n_layer}, n_embd={n_embd})"
+    return lm
 
+# %% ../../nbs/05a_adapters.text.ipynb #069536d9
 @patch
 def render(self:HFCausalLM, prompt, # a string (used verbatim) or a message list (chat template + generation prompt)
           )->tuple:
@@ -434,37 +417,6 @@ def _hf_factory(model_id:str|None=None, **kw)->HFCausalLM:
                    notes="best small zero-shot toxicity judge measured in STACK_NOTES (AUC 0.765 on ToxiGen-200)")
 def _qwen25_15b(**kw)->HFCausalLM: return HFCausalLM("Qwen/Qwen2.5-1.5B-Instruct", **kw)
 
-# %% ../../nbs/05a_adapters.text.ipynb #e43ba713
-def _norm_label(s:str, case_sensitive:bool)->str:
-    s = s.strip()
-    return s if case_sensitive else s.casefold()
-
-def score_from_top_logprobs(top:Sequence, # [(token, logprob)] alternatives for the first generated token
-                            continuations:Sequence[str], # single-token labels to read off
-                            *, floor:float|None=None, # value for labels not in `top`; None: an upper bound (see text)
-                            match:str="exact", # "exact" (after stripping whitespace) or "prefix" (token is a prefix of the label)
-                            case_sensitive:bool=True, # compare labels case-sensitively
-                           )->tuple:
-    "(log-probs [n_cont], missing [n_cont] bool, ambiguous [n_cont] bool) read from top-k alternatives."
-    if match not in ("exact", "prefix"): raise ValueError(f"match must be 'exact' or 'prefix', got {match!r}")
-    top = [(str(t), float(lp)) for t, lp in top]
-    labels = [_norm_label(c, case_sensitive) for c in continuations]
-    if any(not l for l in labels): raise ValueError(f"continuations must contain non-space text: {list(continuations)}")
-    if floor is None:
-        if top:
-            rest = 1.0 - sum(math.exp(lp) for _, lp in top)
-            floor = min(min(lp for _, lp in top), math.log(rest) if rest > 1e-12 else -27.6)
-        else: floor = -math.inf
-    out, missing, used = np.full(len(labels), float(floor)), np.zeros(len(labels), bool), []
-    for k, lab in enumerate(labels):
-        hits = [(t, lp) for t, lp in top if (n := _norm_label(t, case_sensitive))
-                and (n == lab or (match == "prefix" and lab.startswith(n)))]
-        used.append({t for t, _ in hits})
-        if hits: out[k] = float(np.logaddexp.reduce([lp for _, lp in hits]))
-        else: missing[k] = True
-    ambiguous = np.array([any(used[a] & used[b] for b in range(len(labels)) if b != a) for a in range(len(labels))], bool)
-    return out, missing, ambiguous
-
 # %% ../../nbs/05a_adapters.text.ipynb #0c079a33
 class OpenAIChatLM(TextLM):
     "OpenAI chat completions: chat, and first-token top-k label scoring."
@@ -563,26 +515,6 @@ def _gemini_contents(messages)->tuple:
                  if isinstance(content, list) else [{"text": str(content)}])
         contents.append({"role": "model" if role == "assistant" else "user", "parts": parts})
     return ("\n\n".join(system) or None), contents
-
-# %% ../../nbs/05a_adapters.text.ipynb #5fb005de
-def label_of_answer(text:str|None, # a sampled answer
-                    continuations:Sequence[str], # the labels
-                    case_sensitive:bool=False, # compare case-sensitively
-                   )->int|None:
-    "Index of the longest label the answer starts with (after whitespace and quotes), else None."
-    a = _norm_label(str(text or "").lstrip(" \t\n\"'*`"), case_sensitive)
-    hits = [(len(l), k) for k, c in enumerate(continuations) if (l := _norm_label(c, case_sensitive)) and a.startswith(l)]
-    return max(hits)[1] if hits else None
-
-def sampled_label_logprobs(answers:Sequence[str], # sampled answers to one prompt
-                           continuations:Sequence[str], # the labels
-                           case_sensitive:bool=False, # compare case-sensitively
-                          )->tuple:
-    "(smoothed log-frequencies [C], counts [C + 1]: per label, then answers naming none)."
-    ix = [label_of_answer(a, continuations, case_sensitive) for a in answers]
-    c = np.array([sum(i == k for i in ix) for k in range(len(continuations))] + [sum(i is None for i in ix)])
-    m = c[:-1].sum()
-    return np.log((c[:-1] + 0.5) / (m + 0.5 * len(continuations))), c.tolist()
 
 # %% ../../nbs/05a_adapters.text.ipynb #5bab0962
 class GeminiLM(TextLM):

@@ -13,11 +13,12 @@ from ..core import sha256_hex
 from .base import VISION_JUDGES, VisionJudge, image_to_png, load_image, pick_device, pick_dtype
 from .providers import (openai_client, genai_client, gemini_refusal, gemini_text, gemini_usage,
                                         enum_name, usage_dict)
-from .text import tiny_tokenizer, score_from_top_logprobs
+from .text import tiny_tokenizer
+from .text_scoring import score_from_top_logprobs
 from .labels import LabelJudgeMixin
 
 # %% auto #0
-__all__ = ['QWEN2VL_CHAT_TEMPLATE', 'OpenAIVisionJudge', 'GeminiVisionJudge', 'HFVisionJudge', 'tiny_qwen2_vl', 'tiny_idefics3']
+__all__ = ['QWEN2VL_CHAT_TEMPLATE', 'OpenAIVisionJudge', 'GeminiVisionJudge', 'tiny_qwen2_vl', 'HFVisionJudge', 'tiny_idefics3']
 
 # %% ../../nbs/05b_adapters.vision.ipynb #8236419d
 def _png_data_url(img)->str:
@@ -35,7 +36,7 @@ class OpenAIVisionJudge(LabelJudgeMixin, VisionJudge):
                  strict:bool=False, # strict structured outputs (schema must be in OpenAI's strict subset)
                  schema_name:str="judgement", # `json_schema.name`
                  max_invalid_retries:int=2, # re-asks after an invalid answer
-                 mode:str="generate", # "generate" (JSON answer) or "logprob" (first-token label log-probabilities, `acrb_nb.adapters.labels`)
+                 mode:str="generate", # "generate" (JSON answer) or "logprob" (first-token label log-probabilities, `adapters.labels`)
                  labels:Mapping|None=None, # logprob mode: verdict -> answer word (None: the verdicts themselves)
                  answer_hint:str|None=None, # logprob mode: the question's last line, `{options}` = the words (None: `ANSWER_HINT`)
                 ):
@@ -96,7 +97,7 @@ class GeminiVisionJudge(LabelJudgeMixin, VisionJudge):
                  thinking_budget:int|None=None, # None: model default; 0: no thinking (2.5 Flash)
                  schema_field:str="response_json_schema", # or "response_schema" (OpenAPI subset)
                  max_invalid_retries:int=2, # re-asks after an invalid answer
-                 mode:str="generate", # "generate" (JSON answer) or "logprob" (first-token label log-probabilities, `acrb_nb.adapters.labels`)
+                 mode:str="generate", # "generate" (JSON answer) or "logprob" (first-token label log-probabilities, `adapters.labels`)
                  labels:Mapping|None=None, # logprob mode: verdict -> answer word (None: the verdicts themselves)
                  answer_hint:str|None=None, # logprob mode: the question's last line, `{options}` = the words (None: `ANSWER_HINT`)
                 ):
@@ -171,6 +172,47 @@ def _load_vlm(model_id, revision, device, dtype, trust_remote_code, model_kwargs
         model.eval()
         _VLM_CACHE[key] = (model, proc)
         return model, proc
+
+# %% ../../nbs/05b_adapters.vision.ipynb #a22da36a
+# Qwen2-VL's chat template (Qwen2.5-VL uses the same): the tiny twins in 05h_adapters.tiny use it too
+QWEN2VL_CHAT_TEMPLATE = ("{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
+    "{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
+    "<|vision_start|><|image_pad|><|vision_end|>{% elif content['type'] == 'video' or 'video' in content %}"
+    "{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
+    "<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+def tiny_qwen2_vl(seed:int=0, # weight seed
+                  hidden:int=64, # language model width (also the vision merger's output)
+                 )->tuple:
+    "(model, processor): a random-weight Qwen2-VL with a real processor, built offline in about a second."
+    import torch
+    from transformers import (Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor, Qwen2VLProcessor,
+                              Qwen2VLVideoProcessor)
+    from acrb_nb.core import seed_int
+    vis = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+    tok = tiny_tokenizer(extra_special_tokens=vis, chat_template=None)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in vis}
+    px = dict(min_pixels=56 * 56, max_pixels=112 * 112)
+    proc = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(patch_size=14, merge_size=2, temporal_patch_size=2, **px),
+                            video_processor=Qwen2VLVideoProcessor(**px), tokenizer=tok, chat_template=QWEN2VL_CHAT_TEMPLATE)
+    cfg = Qwen2VLConfig(
+        text_config=dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id),
+        vision_config=dict(depth=1, embed_dim=32, hidden_size=hidden, num_heads=2, patch_size=14, spatial_merge_size=2,
+                           temporal_patch_size=2),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed_int(seed, "tiny-qwen2-vl"))
+        model = Qwen2VLForConditionalGeneration(cfg).eval()
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = tok.eos_token_id, tok.pad_token_id
+    return model, proc
 
 # %% ../../nbs/05b_adapters.vision.ipynb #ba12a73e
 _SCHEMA_HINT = "\n\nReply with only a JSON object that matches this JSON schema:\n{schema}"
@@ -273,47 +315,6 @@ def describe(self:HFVisionJudge)->dict:
             "decoding": "greedy", "max_new_tokens": self.max_new_tokens, "schema_in_prompt": self.schema_in_prompt,
             "max_invalid_retries": self.max_invalid_retries,
             **({"label_prefix": self.label_prefix, **self.label_describe()} if self.mode != "generate" else {})}
-
-# %% ../../nbs/05b_adapters.vision.ipynb #a22da36a
-# Qwen2-VL's chat template (Qwen2.5-VL uses the same): the tiny twins in 05h_adapters.tiny use it too
-QWEN2VL_CHAT_TEMPLATE = ("{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
-    "{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
-    "{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
-    "<|vision_start|><|image_pad|><|vision_end|>{% elif content['type'] == 'video' or 'video' in content %}"
-    "{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
-    "<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
-    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-def tiny_qwen2_vl(seed:int=0, # weight seed
-                  hidden:int=64, # language model width (also the vision merger's output)
-                 )->tuple:
-    "(model, processor): a random-weight Qwen2-VL with a real processor, built offline in about a second."
-    import torch
-    from transformers import (Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor, Qwen2VLProcessor,
-                              Qwen2VLVideoProcessor)
-    from acrb_nb.core import seed_int
-    vis = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
-    tok = tiny_tokenizer(extra_special_tokens=vis, chat_template=None)
-    ids = {t: tok.convert_tokens_to_ids(t) for t in vis}
-    px = dict(min_pixels=56 * 56, max_pixels=112 * 112)
-    proc = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(patch_size=14, merge_size=2, temporal_patch_size=2, **px),
-                            video_processor=Qwen2VLVideoProcessor(**px), tokenizer=tok, chat_template=QWEN2VL_CHAT_TEMPLATE)
-    cfg = Qwen2VLConfig(
-        text_config=dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
-                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id),
-        vision_config=dict(depth=1, embed_dim=32, hidden_size=hidden, num_heads=2, patch_size=14, spatial_merge_size=2,
-                           temporal_patch_size=2),
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed_int(seed, "tiny-qwen2-vl"))
-        model = Qwen2VLForConditionalGeneration(cfg).eval()
-    model.generation_config.eos_token_id, model.generation_config.pad_token_id = tok.eos_token_id, tok.pad_token_id
-    return model, proc
 
 # %% ../../nbs/05b_adapters.vision.ipynb #740d3462
 _IDEFICS3_TEMPLATE = ("<|im_start|>{% for message in messages %}{{message['role'] | capitalize}}{% if "

@@ -13,9 +13,8 @@ from ..core import data_path
 # %% auto #0
 __all__ = ['BASE_COLUMNS', 'JIGSAW_IDENTITIES', 'JIGSAW_PRIMARY', 'JIGSAW_SUBTYPES', 'WILDS_IDENTITIES', 'WILDS_AGGREGATES',
            'SBIC_GROUPS', 'SBIC_CATEGORIES', 'HATEXPLAIN_LABELS', 'HATEXPLAIN_PRIMARY', 'TOXIGEN_GROUPS', 'WILDS_URL',
-           'JIGSAW_URL', 'DATASETS', 'MADLIBS_TERMS', 'DatasetInfo', 'toxicity_data_dir', 'dataset_info',
-           'identity_columns', 'datasets_table', 'term_column', 'DatasetCard', 'dataset_card', 'identity_columns_in',
-           'LoadedDataset']
+           'JIGSAW_URL', 'DATASETS', 'MADLIBS_TERMS', 'DatasetInfo', 'toxicity_data_dir', 'dataset_info', 'term_column',
+           'identity_columns', 'datasets_table', 'DatasetCard', 'dataset_card', 'identity_columns_in', 'LoadedDataset']
 
 # %% ../../nbs/20a_data.registry.ipynb #b78134cd
 BASE_COLUMNS = ("id", "dataset", "split", "text", "label", "label_score")
@@ -162,21 +161,6 @@ def dataset_info(name:str, # dataset name or alias (`jigsaw`, `civil`, `wilds`, 
                          f"{sorted(a for a in _ALIASES if a not in DATASETS)})")
     return DATASETS[key]
 
-# %% ../../nbs/20a_data.registry.ipynb #3869d607
-def identity_columns(name:str, # dataset name or alias
-                     primary:bool=False, # only the identities the dataset's authors report bias on
-                    )->list:
-    "Identity columns of a dataset's normalised table."
-    i = dataset_info(name)
-    if i.name == "madlibs": return [term_column(t) for t, _ in MADLIBS_TERMS] if not primary else []
-    return list(i.primary_identities if primary else i.identity_columns)
-
-def datasets_table()->pd.DataFrame:
-    "One row per dataset: label rule, identity columns, default Hub repository, license."
-    return pd.DataFrame([{"name": i.name, "title": i.title, "label_rule": i.label_rule,
-                          "n_identities": len(identity_columns(i.name)), "primary": ", ".join(identity_columns(i.name, True)),
-                          "hub_repo": i.hub_repo, "license": i.license} for i in DATASETS.values()]).set_index("name")
-
 # %% ../../nbs/20a_data.registry.ipynb #709bc770
 MADLIBS_TERMS = (  # (term, category): identity terms of the template set, in the style of Dixon et al. (2018)
     ("female", "gender"), ("male", "gender"), ("transgender", "gender"), ("nonbinary", "gender"),
@@ -198,6 +182,21 @@ def term_column(term:str, # an identity term, e.g. "african american"
                )->str:
     "Column name of an identity term ('african american' → 'african_american')."
     return re.sub(r"[^a-z0-9]+", "_", term.strip().lower()).strip("_")
+
+# %% ../../nbs/20a_data.registry.ipynb #3869d607
+def identity_columns(name:str, # dataset name or alias
+                     primary:bool=False, # only the identities the dataset's authors report bias on
+                    )->list:
+    "Identity columns of a dataset's normalised table."
+    i = dataset_info(name)
+    if i.name == "madlibs": return [term_column(t) for t, _ in MADLIBS_TERMS] if not primary else []
+    return list(i.primary_identities if primary else i.identity_columns)
+
+def datasets_table()->pd.DataFrame:
+    "One row per dataset: label rule, identity columns, default Hub repository, license."
+    return pd.DataFrame([{"name": i.name, "title": i.title, "label_rule": i.label_rule,
+                          "n_identities": len(identity_columns(i.name)), "primary": ", ".join(identity_columns(i.name, True)),
+                          "hub_repo": i.hub_repo, "license": i.license} for i in DATASETS.values()]).set_index("name")
 
 # %% ../../nbs/20a_data.registry.ipynb #d4a36828
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ from scipy import sparse
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['resolve_identity', 'reference_contrasts', 'identity_membership', 'GroupCounts', 'CountEngine', 'count_engine',
+__all__ = ['resolve_identity', 'reference_contrasts', 'identity_membership', 'CountEngine', 'GroupCounts', 'count_engine',
            'group_counts']
 
 # %% ../../nbs/30a_fairness.counts.ipynb #0acf5844
@@ -102,7 +102,7 @@ def reference_contrasts(cols:Mapping, # identity name -> membership codes (1 mem
 def _membership_codes(sensitive_features, # identity columns (see `identity_membership`)
                       threshold:float=0.5, # fraction columns: member iff value >= threshold
                       intersections=None, # None, True (all cross-column pairs) or a list of (identity, identity) pairs
-                      reference:str|None=None, # None: members vs the rest; an identity: its peers vs its members (see `reference_contrasts`)
+                      reference:str|None=None, # None: members vs the rest; an identity: its peers vs its members (`reference_contrasts`)
                      )->tuple:
     "Identity names, an (n, K) Fortran-ordered int8 matrix of membership codes (1, 0, -1 = unknown), the index, the reference identity."
     if not 0 < threshold <= 1:
@@ -136,7 +136,7 @@ def identity_membership(sensitive_features, # DataFrame / Series / dict of colum
                         *,
                         threshold:float=0.5, # fraction columns: member iff value >= threshold
                         intersections=None, # None, True (all pairs of identities from different columns) or a list of pairs
-                        reference:str|None=None, # compare each peer of this identity with it instead of with the rest (`reference_contrasts`)
+                        reference:str|None=None, # compare each peer of this identity with it, not with the rest (`reference_contrasts`)
                        )->pd.DataFrame:
     "Member (True) / non-member (False) / unknown (<NA>) of each identity, one nullable-boolean column per identity."
     names, codes, index, _ = _membership_codes(sensitive_features, threshold, intersections, reference)
@@ -172,17 +172,6 @@ def _excl_cumsum(x:np.ndarray)->np.ndarray:
     out = np.zeros(x.shape[:-1] + (x.shape[-1] + 1,), dtype=np.float64)
     np.cumsum(x, axis=-1, out=out[..., 1:])
     return out
-
-# %% ../../nbs/30a_fairness.counts.ipynb #2543db2d
-@dataclass
-class GroupCounts:
-    "Confusion counts and AUC pair counts of every identity's groups; the leading axis is the replicate (1 without bootstrap)."
-    identities: list # K identity names
-    conf: np.ndarray # (B, K, 3, 4): group (unknown, rest, member) x cell (tn, fp, fn, tp)
-    auc: np.ndarray | None # (B, K, 4, 2): AUC (member, rest, bpsn, bnsp) x (correctly ordered pairs, all pairs); None without scores
-    overall_conf: np.ndarray # (B, 4) cells over all rows
-    overall_auc: np.ndarray | None # (B, 2) pairs over all rows
-    reference: str | None = None # None: each identity's "rest" is its non-members; else the reference identity of pairwise contrasts
 
 # %% ../../nbs/30a_fairness.counts.ipynb #0976c442
 class CountEngine:
@@ -278,6 +267,16 @@ def _auc_blocks(self:CountEngine, W, WT, B, K):
         auc[:, j, 2], auc[:, j, 3] = self._block_pairs(Pr, Qm), self._block_pairs(Pm, Qr)
     T = _wcount(self.obase, WT, 2 * U + 1)[:2 * U].reshape(U, 2, B)
     return auc, self._block_pairs(T[:, 1], T[:, 0])
+
+@dataclass
+class GroupCounts:
+    "Confusion counts and AUC pair counts of every identity's groups; the leading axis is the replicate (1 without bootstrap)."
+    identities: list # K identity names
+    conf: np.ndarray # (B, K, 3, 4): group (unknown, rest, member) x cell (tn, fp, fn, tp)
+    auc: np.ndarray | None # (B, K, 4, 2): AUC (member, rest, bpsn, bnsp) x (correctly ordered pairs, all pairs); None without scores
+    overall_conf: np.ndarray # (B, 4) cells over all rows
+    overall_auc: np.ndarray | None # (B, 2) pairs over all rows
+    reference: str | None = None # None: each identity's "rest" is its non-members; else the reference identity of pairwise contrasts
 
 @patch
 def __call__(self:CountEngine, W=None)->GroupCounts:

@@ -4,9 +4,9 @@
 
 # %% ../../nbs/30b_fairness.metrics.ipynb #378ac40c
 from __future__ import annotations
-import warnings
+import inspect, warnings
 from pathlib import Path
-from typing import Mapping, NamedTuple
+from typing import Callable, Mapping, NamedTuple
 import numpy as np
 import pandas as pd
 from ..core import atomic_write as _atomic_write, rng as _rng
@@ -14,9 +14,9 @@ from ..data.registry import JIGSAW_IDENTITIES  # the identity columns live with 
 from .counts import GroupCounts, count_engine, group_counts
 
 # %% auto #0
-__all__ = ['group_metrics', 'statistical_parity_difference', 'equal_opportunity_difference', 'equalized_odds_difference',
-           'disparate_impact_ratio', 'generalized_mean', 'subgroup_auc', 'bpsn_auc', 'bnsp_auc', 'FairnessReport',
-           'fairness_metrics', 'simulate_predictions']
+__all__ = ['statistical_parity_difference', 'equal_opportunity_difference', 'equalized_odds_difference', 'disparate_impact_ratio',
+           'subgroup_auc', 'bpsn_auc', 'bnsp_auc', 'group_metrics', 'make_fairness_metric', 'generalized_mean',
+           'FairnessReport', 'fairness_metrics', 'simulate_predictions']
 
 # %% ../../nbs/30b_fairness.metrics.ipynb #e4c7e64e
 _GROUP_METRICS = ("acc", "f1", "tpr", "false_positive_rate", "pos_rate", "false_negative_rate", "precision", "auc")
@@ -170,63 +170,57 @@ def _identities_table(gc, r, d, skip, min_group_size, dr=None, level=0.95)->pd.D
     return pd.DataFrame(cols)
 
 # %% ../../nbs/30b_fairness.metrics.ipynb #c2d48db2
-def _per_identity(metric, y_true, y_pred, sensitive_features, y_score, threshold, min_group_size, intersections,
-                  sample_weight)->pd.Series:
+def _per_identity(what:str, # the per-identity column to return, one of `_IDENTITY_METRICS` (e.g. "SPD")
+                  y_true, # binary labels (0/1 or bool)
+                  y_pred=None, # binary predictions (0/1 or bool)
+                  y_score=None, # scores, higher = more positive (NaN rows are left out)
+                  *,
+                  sensitive_features, # identity columns (see `identity_membership`)
+                  threshold:float=0.5, # fraction columns: member iff value >= threshold
+                  min_group_size:int=1, # identities with a smaller member or rest group give NaN
+                  intersections=None, # None, True or a list of identity pairs
+                  sample_weight=None, # optional row weights (n,)
+                 )->pd.Series:
     "One per-identity column (a Series indexed by identity) computed through `group_counts`."
+    if y_pred is None: y_pred = np.zeros(len(y_true), np.int8)  # a bias AUC reads the scores only (no y_pred)
     gc = group_counts(y_true, y_pred, sensitive_features=sensitive_features, y_score=y_score, threshold=threshold,
                       intersections=intersections, sample_weight=sample_weight)
     skip = gc.conf[0, :, 1:].sum(-1) < min_group_size
     r, _ = _group_arrays(gc, skip)
-    return pd.Series(_identity_arrays(gc, r, skip)[metric][0], index=pd.Index(gc.identities, name="identity"), name=metric)
+    return pd.Series(_identity_arrays(gc, r, skip)[what][0], index=pd.Index(gc.identities, name="identity"), name=what)
 
-def statistical_parity_difference(y_true, # binary labels (0/1 or bool); only their count matters here
-                                  y_pred, # binary predictions
-                                  *,
-                                  sensitive_features, # identity columns (see `identity_membership`)
-                                  threshold:float=0.5, # fraction columns: member iff value >= threshold
-                                  min_group_size:int=1, # identities with a smaller member or rest group give NaN
-                                  intersections=None, # None, True or a list of identity pairs
-                                  sample_weight=None, # optional row weights (n,)
-                                 )->pd.Series:
-    "SPD per identity: positive-prediction rate of members minus that of the rest."
-    return _per_identity("SPD", y_true, y_pred, sensitive_features, None, threshold, min_group_size, intersections, sample_weight)
-
-def equal_opportunity_difference(y_true, # binary labels
-                                 y_pred, # binary predictions
-                                 *,
-                                 sensitive_features, # identity columns
-                                 threshold:float=0.5, # fraction columns: member iff value >= threshold
-                                 min_group_size:int=1, # identities with a smaller member or rest group give NaN
-                                 intersections=None, # None, True or a list of identity pairs
-                                 sample_weight=None, # optional row weights (n,)
-                                )->pd.Series:
-    "Equal-opportunity difference per identity: TPR of members minus TPR of the rest (signed)."
-    return _per_identity("EOpp_diff", y_true, y_pred, sensitive_features, None, threshold, min_group_size, intersections, sample_weight)
+def make_fairness_metric(name:str, # the function's name, e.g. "statistical_parity_difference"
+                         what:str, # the per-identity column it returns, one of `_IDENTITY_METRICS` (e.g. "SPD")
+                         how:str, # "pred": computed from binary predictions `y_pred`; "score": from scores `y_score`
+                         doc:str, # its one-line docstring
+                        )->Callable:
+    "A metric `f(y_true, y_pred or y_score, *, sensitive_features, ...)` giving `what` per identity (fairlearn style)."
+    if what not in _IDENTITY_METRICS:
+        raise ValueError(f"what={what!r} is not a per-identity metric; use one of {list(_IDENTITY_METRICS)}")
+    if how not in ("pred", "score"): raise ValueError(f"how={how!r}; use 'pred' (from y_pred) or 'score' (from y_score)")
+    full = inspect.signature(_per_identity)
+    second = "y_pred" if how == "pred" else "y_score"
+    ps = [full.parameters[k].replace(default=inspect.Parameter.empty) for k in ("y_true", second)]
+    sig = full.replace(parameters=ps + [p for p in full.parameters.values() if p.kind == p.KEYWORD_ONLY])
+    def metric(*args, **kwargs): return _per_identity(what, **sig.bind(*args, **kwargs).arguments)
+    metric.__signature__, metric.__delwrap__ = sig, _per_identity  # what `inspect.signature` and `docments` read
+    metric.__name__ = metric.__qualname__ = name
+    metric.__doc__, metric.__module__ = doc, _per_identity.__module__
+    return metric
 
 # %% ../../nbs/30b_fairness.metrics.ipynb #68eab4a4
-def equalized_odds_difference(y_true, # binary labels
-                              y_pred, # binary predictions
-                              *,
-                              sensitive_features, # identity columns
-                              threshold:float=0.5, # fraction columns: member iff value >= threshold
-                              min_group_size:int=1, # identities with a smaller member or rest group give NaN
-                              intersections=None, # None, True or a list of identity pairs
-                              sample_weight=None, # optional row weights (n,)
-                             )->pd.Series:
-    "Equalized-odds difference per identity: the larger of |TPR gap| and |FPR gap| between members and the rest."
-    return _per_identity("EOdds_diff", y_true, y_pred, sensitive_features, None, threshold, min_group_size, intersections, sample_weight)
-
-def disparate_impact_ratio(y_true, # binary labels
-                           y_pred, # binary predictions
-                           *,
-                           sensitive_features, # identity columns
-                           threshold:float=0.5, # fraction columns: member iff value >= threshold
-                           min_group_size:int=1, # identities with a smaller member or rest group give NaN
-                           intersections=None, # None, True or a list of identity pairs
-                           sample_weight=None, # optional row weights (n,)
-                          )->pd.Series:
-    "Disparate-impact ratio per identity: positive-prediction rate of members over that of the rest."
-    return _per_identity("DI_ratio", y_true, y_pred, sensitive_features, None, threshold, min_group_size, intersections, sample_weight)
+statistical_parity_difference = make_fairness_metric(
+    "statistical_parity_difference", "SPD", "pred",
+    "SPD per identity: positive-prediction rate of members minus that of the rest.")
+equal_opportunity_difference = make_fairness_metric(
+    "equal_opportunity_difference", "EOpp_diff", "pred",
+    "Equal-opportunity difference per identity: TPR of members minus TPR of the rest (signed).")
+equalized_odds_difference = make_fairness_metric(
+    "equalized_odds_difference", "EOdds_diff", "pred",
+    "Equalized-odds difference per identity: the larger of |TPR gap| and |FPR gap| between members and the rest.")
+disparate_impact_ratio = make_fairness_metric(
+    "disparate_impact_ratio", "DI_ratio", "pred",
+    "Disparate-impact ratio per identity: positive-prediction rate of members over that of the rest.")
 
 # %% ../../nbs/30b_fairness.metrics.ipynb #379880ba
 def generalized_mean(values, # metric values, one per identity (NaNs are ignored)
@@ -241,45 +235,15 @@ def generalized_mean(values, # metric values, one per identity (NaNs are ignored
     out = np.where(k > 0, out, np.nan)
     return float(out) if out.ndim == 0 else out
 
-def _bias_auc(metric, y_true, y_score, sensitive_features, threshold, min_group_size, intersections, sample_weight):
-    return _per_identity(metric, y_true, np.zeros(len(y_true), np.int8), sensitive_features, y_score, threshold,
-                         min_group_size, intersections, sample_weight)
-
-def subgroup_auc(y_true, # binary labels
-                 y_score, # scores, higher = more positive (NaN rows are left out)
-                 *,
-                 sensitive_features, # identity columns
-                 threshold:float=0.5, # fraction columns: member iff value >= threshold
-                 min_group_size:int=1, # identities with a smaller member or rest group give NaN
-                 intersections=None, # None, True or a list of identity pairs
-                 sample_weight=None, # optional row weights (n,)
-                )->pd.Series:
-    "Subgroup AUC per identity: the score's AUC among members only."
-    return _bias_auc("subgroup_auc", y_true, y_score, sensitive_features, threshold, min_group_size, intersections, sample_weight)
-
-def bpsn_auc(y_true, # binary labels
-             y_score, # scores, higher = more positive
-             *,
-             sensitive_features, # identity columns
-             threshold:float=0.5, # fraction columns: member iff value >= threshold
-             min_group_size:int=1, # identities with a smaller member or rest group give NaN
-             intersections=None, # None, True or a list of identity pairs
-             sample_weight=None, # optional row weights (n,)
-            )->pd.Series:
-    "BPSN AUC per identity: AUC of rest positives against member negatives."
-    return _bias_auc("bpsn_auc", y_true, y_score, sensitive_features, threshold, min_group_size, intersections, sample_weight)
-
-def bnsp_auc(y_true, # binary labels
-             y_score, # scores, higher = more positive
-             *,
-             sensitive_features, # identity columns
-             threshold:float=0.5, # fraction columns: member iff value >= threshold
-             min_group_size:int=1, # identities with a smaller member or rest group give NaN
-             intersections=None, # None, True or a list of identity pairs
-             sample_weight=None, # optional row weights (n,)
-            )->pd.Series:
-    "BNSP AUC per identity: AUC of member positives against rest negatives."
-    return _bias_auc("bnsp_auc", y_true, y_score, sensitive_features, threshold, min_group_size, intersections, sample_weight)
+subgroup_auc = make_fairness_metric(
+    "subgroup_auc", "subgroup_auc", "score",
+    "Subgroup AUC per identity: the score's AUC among members only.")
+bpsn_auc = make_fairness_metric(
+    "bpsn_auc", "bpsn_auc", "score",
+    "BPSN AUC per identity: AUC of rest positives against member negatives.")
+bnsp_auc = make_fairness_metric(
+    "bnsp_auc", "bnsp_auc", "score",
+    "BNSP AUC per identity: AUC of member positives against rest negatives.")
 
 # %% ../../nbs/30b_fairness.metrics.ipynb #013b108d
 def _boot_blocks(codes:np.ndarray, n_boot:int, gen:np.random.Generator, boot:str, max_cells:int=4_000_000):
@@ -314,7 +278,7 @@ class FairnessReport(NamedTuple):
     groups: pd.DataFrame # fairness_report.csv: overall, then each identity's rest (`=0`) and members (`=1`)
     identities: pd.DataFrame # fairness_report.per_identity.csv: disparities and bias AUCs per identity
     summary: pd.DataFrame # fairness_report.summary.csv: one row of worst cases, overall figures and settings
-    pairwise: pd.DataFrame|None = None # fairness_report.pairwise.csv: disparities of each peer against a reference group (`fairness_report(reference=...)`)
+    pairwise: pd.DataFrame|None = None # fairness_report.pairwise.csv: each peer vs a reference group (`fairness_report(reference=...)`)
 
     def save(self,
              path="fairness_report.csv", # the per-group CSV; the others go beside it (`.per_identity.csv`, `.summary.csv`)

@@ -30,7 +30,7 @@ def fairness_report(df, # predictions table (DataFrame) or a path to a parquet /
                     label_col:str, # binary label, 0/1 / bool, annotator fraction (thresholded) or category
                     id_cols, # identity column name(s): fractions, booleans or categories
                     pred_col:str="pred", # binary prediction column
-                    score_col:str|None="auto", # score column for the AUCs; "auto": `score` if the table has one, else none; None or "": no AUCs
+                    score_col:str|None="auto", # AUC scores: "auto" = the `score` column if there is one (else none); None or "": no AUCs
                     *,
                     threshold:float=0.5, # identity fractions: member iff value >= threshold
                     min_group_size:int=30, # groups with fewer rows are reported as skipped, with their n

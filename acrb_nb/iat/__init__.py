@@ -8,10 +8,10 @@ __all__ = ['IATConfigError', 'iat_data_path', 'PLACEHOLDER', 'words_regex', 'IAT
            'needed_profiles', 'generate_profiles', 'load_profile_pool', 'attach_images', 'TRIAL_SCHEMA', 'SEED_PROMPT',
            'PAIRED_PROMPT', 'DESIGNS', 'TEXT_PROMPT', 'make_trials', 'text_trials', 'trial_key', 'TextChoiceRef',
            'run_trials', 'trial_results', 'write_results', 'score_trials', 'position_rates', 'pair_effects',
-           'outcome_rates', 'CHOICE_LABELS', 'CHOICE_TASK', 'choice_population', 'export_choice_sample',
-           'import_choice_labels', 'choice_rates', 'choice_note', 'trials_per_pair', 'IATPlan', 'plan_iat', 'IATStudy',
-           'iat_study', 'embedding_iat', 'forest_plot', 'position_plot', 'planted_trial_probs', 'planted_effects',
-           'compare_planted', 'TextChoiceJudge']
+           'IATAnalysis', 'outcome_rates', 'CHOICE_LABELS', 'CHOICE_TASK', 'choice_population', 'export_choice_sample',
+           'import_choice_labels', 'choice_rates', 'choice_note', 'trials_per_pair', 'IATPlan', 'PlanAssumptions',
+           'plan_iat', 'IATStudy', 'iat_study', 'iat_embeddings', 'embedding_iat', 'forest_plot', 'position_plot',
+           'planted_trial_probs', 'planted_effects', 'compare_planted', 'TextChoiceJudge']
 
 # %% ../../nbs/40_iat.ipynb #74df23d7
 from .config import (IATConfigError, iat_data_path, PLACEHOLDER, words_regex, IATConfig, load_iat_config,
@@ -20,12 +20,12 @@ from .profiles import (profile_id, profile_prompt, profile_grid, match_pairs, pl
                                   generate_profiles, load_profile_pool, attach_images)
 from .trials import (TRIAL_SCHEMA, SEED_PROMPT, PAIRED_PROMPT, DESIGNS, TEXT_PROMPT, make_trials, text_trials,
                                 trial_key, TextChoiceRef, run_trials, trial_results, write_results)
-from .scoring import score_trials, position_rates, pair_effects, outcome_rates
+from .scoring import score_trials, position_rates, pair_effects, IATAnalysis, outcome_rates
 from .correct import (CHOICE_LABELS, CHOICE_TASK, choice_population, export_choice_sample, import_choice_labels,
                                  choice_rates, choice_note)
-from .plan import trials_per_pair, IATPlan, plan_iat
+from .plan import trials_per_pair, IATPlan, PlanAssumptions, plan_iat
 from .pipeline import IATStudy, iat_study
-from .embedding import embedding_iat
+from .embedding import iat_embeddings, embedding_iat
 from .plots import forest_plot, position_plot
 from ..adapters.planted import planted_trial_probs, planted_effects, compare_planted
 from ..adapters.text_choice import TextChoiceJudge
@@ -33,7 +33,8 @@ _all_ = ["IATConfigError", "iat_data_path", "PLACEHOLDER", "words_regex", "IATCo
          "attribute_pairs", "profile_id", "profile_prompt", "profile_grid", "match_pairs", "plan_profiles", "needed_profiles",
          "generate_profiles", "load_profile_pool", "attach_images", "TRIAL_SCHEMA", "SEED_PROMPT", "PAIRED_PROMPT", "DESIGNS",
          "TEXT_PROMPT", "make_trials", "text_trials", "trial_key", "TextChoiceRef", "run_trials", "trial_results",
-         "write_results", "score_trials", "position_rates", "pair_effects", "outcome_rates", "CHOICE_LABELS", "CHOICE_TASK",
+         "write_results", "score_trials", "position_rates", "pair_effects", "IATAnalysis", "outcome_rates", "CHOICE_LABELS", "CHOICE_TASK",
          "choice_population", "export_choice_sample", "import_choice_labels", "choice_rates", "choice_note",
-         "trials_per_pair", "IATPlan", "plan_iat", "IATStudy", "iat_study", "embedding_iat", "forest_plot", "position_plot",
+         "trials_per_pair", "IATPlan", "PlanAssumptions", "plan_iat", "IATStudy", "iat_study", "iat_embeddings", "embedding_iat",
+         "forest_plot", "position_plot",
          "planted_trial_probs", "planted_effects", "compare_planted", "TextChoiceJudge"]

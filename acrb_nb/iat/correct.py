@@ -13,7 +13,8 @@ from scipy import special
 from ..store import ItemStore, Run
 from ..stats.resample import check_columns
 from ..labels import export_for_labelling, import_labels, labels_frame
-from ..validation import UNCORRECTED, corrected_rates, iat_label_items, sample_items
+from ..stats.ppi import UNCORRECTED, corrected_rates
+from ..validation import iat_label_items, sample_items
 from .scoring import position_rates
 
 # %% auto #0

@@ -11,14 +11,13 @@ import pandas as pd
 from ..core import RunSpec, check_no_secrets
 from ..store import ItemStore, Run
 from fastcore.basics import patch
-from ..runner import RetryPolicy
 from ..execution import Execution, AdapterRef, placement
-from ..adapters.base import VisionJudge, IMAGE_GENERATORS, TEXT_LMS, VISION_JUDGES
-from ..adapters.text_choice import TextChoiceJudge
+from ..adapters.base import VisionJudge
 from .config import IATConfig, attribute_pairs, study_config
-from .profiles import attach_images, generate_profiles, load_profile_pool, match_pairs, needed_profiles, plan_profiles
+from .profiles import (attach_images, generate_profiles, load_profile_pool, match_pairs, model_name,
+                                  needed_profiles, plan_profiles)
 from .trials import DESIGNS, TextChoiceRef, make_trials, run_trials, text_trials, trial_results, write_results
-from .scoring import pair_effects, score_trials
+from .scoring import IATAnalysis, pair_effects, score_trials
 from .plan import IATPlan, plan_iat
 
 # %% auto #0
@@ -49,97 +48,87 @@ def store(self:IATStudy)->ItemStore:
 # %% ../../nbs/47_iat.pipeline.ipynb #863ef679
 def _study_images(cfg:IATConfig, # the study configuration
                   pairs:pd.DataFrame, # attribute pairs
-                  k:int, # profile pairs per attribute pair
+                  *, k:int, # profile pairs per attribute pair
                   seed:int, # master seed
                   run_dir, # the study's folder (None: runs/...)
-                  params:dict, # the run's parameters (updated: images, or generator and images_run)
-                  *, generator:str, # IMAGE_GENERATORS name
-                  gk:Mapping, # generator factory arguments
+                  generator:AdapterRef, # the image generator, by name with its options
                   images, # profile_metadata.jsonl of existing images, or None
                   image_dir, # their folder
-                  execution:Execution, # where the generator runs
-                  **run_kw, # max_workers, retry, progress
+                  execution:Execution, # how the generator's calls run
                  )->tuple:
-    "(matched pairs with images, the image stage's summary or None)."
+    "(matched pairs with images, the image stage's summary or None, what the run's parameters record about the images)."
     if images is not None:
         pool = load_profile_pool(images, image_dir, cfg).rows
-        params.update(images=str(images))
-        return match_pairs(pool, cfg, pairs, k, seed), None
+        return match_pairs(pool, cfg, pairs, k, seed), None, {"images": str(images)}
     plan = plan_profiles(cfg, pairs, k, seed)
     need = needed_profiles(plan, cfg)
-    gen = AdapterRef.of("image_generator", generator, **gk) if execution.is_ray else IMAGE_GENERATORS.create(generator, **gk)
-    ispec = RunSpec("iat-images", generator, {"profiles": sorted(need.profile_id), "config_sha256": cfg.sha256,
-                                              "generator_kwargs": dict(gk)}, seed)
+    ispec = RunSpec("iat-images", generator.name, {"profiles": sorted(need.profile_id), "config_sha256": cfg.sha256,
+                                                   "generator_kwargs": dict(generator.kwargs)}, seed)
     with Run(ispec, run_dir=Path(run_dir) / "images" if run_dir is not None else None) as irun:
-        gp = generate_profiles(gen, need, irun, cfg, seed=seed, execution=execution, **run_kw)
-    params.update(generator=generator, images_run=ispec.run_id)
-    return attach_images(plan, gp.rows), gp.summary
+        gp = generate_profiles(generator, need, irun, cfg, seed=seed, execution=execution)
+    return attach_images(plan, gp.rows), gp.summary, {"generator": generator.name, "images_run": ispec.run_id}
 
 # %% ../../nbs/47_iat.pipeline.ipynb #01656316
-def _study_judge(model:str, # registry name of the judge
+def _study_judge(model, # a judge name, an AdapterRef / TextChoiceRef, or a loaded adapter
                  design:str, # "seed", "paired" or "text"
-                 judge, # an adapter instance, or None (created from `model`)
-                 jk:Mapping, # judge factory arguments
-                 text_mode:str, # text design: "score" or "chat"
-                 execution:Execution, # where the judge runs
-                ):
-    "The judge: the given adapter, else by name on Ray (each worker loads it) or loaded here."
-    if judge is not None: return judge
-    if design == "text":
-        return TextChoiceRef.of(model, mode=text_mode,
-                                **jk) if execution.is_ray else TextChoiceJudge(TEXT_LMS.create(model, **jk), mode=text_mode)
-    return AdapterRef.of("vision_judge", model, **jk) if execution.is_ray else VISION_JUDGES.create(model, **jk)
+                )->tuple:
+    "(the judge for `run_trials`, the name the run is filed under, its factory options for the run's spec)."
+    if not isinstance(model, (str, AdapterRef)): return model, model_name(model) or type(model).__name__, {}
+    want = "text_lm" if design == "text" else "vision_judge"
+    if isinstance(model, str): ref = TextChoiceRef.of(model) if design == "text" else AdapterRef.of(want, model)
+    elif design == "text" and model.kind == want and not isinstance(model, TextChoiceRef):
+        ref = TextChoiceRef(model.kind, model.name, model.kwargs)   # a text LM answers through TextChoiceJudge
+    else: ref = model
+    if ref.kind != want:
+        raise TypeError(f"design={design!r} needs a {want} judge (a {want.upper()}S name or its AdapterRef), "
+                        f"got AdapterRef.of({ref.kind!r}, {ref.name!r})")
+    return ref, ref.name, dict(ref.kwargs)
 
 # %% ../../nbs/47_iat.pipeline.ipynb #f673de4c
-def iat_study(model:str="sim", # VISION_JUDGES name (design seed/paired) or TEXT_LMS name (design text)
+def iat_study(model:str|AdapterRef|VisionJudge="sim", # judge: VISION_JUDGES (seed/paired) or TEXT_LMS (text) name, its ref, or an adapter
               design:str="seed", # "seed", "paired" or "text"
               dimensions:Sequence[str]|None=None, # dimensions to test (None: all)
               pairs_per_combo:int=3, # matched profile pairs per attribute pair (k)
               words:int|str|None=None, # None: all words; n: a seeded sample of n positive and n negative words; a path: a words YAML
               seed:int=0, # master seed (matching, positions, judge seeds, statistics)
               run_dir=None, # folder of the run (None: runs/iat/<model>/<run_id>)
-              *, generator:str="sim", # IMAGE_GENERATORS name for the profile images
+              *, generator:str|AdapterRef="sim", # IMAGE_GENERATORS name for the profile images, or its AdapterRef with options
               images=None, # profile_metadata.jsonl of existing images (instead of generating)
               image_dir=None, # folder of those images
-              judge:VisionJudge|None=None, # an adapter instance instead of `model` (e.g. with a local base_url)
-              judge_kwargs:Mapping|None=None, # keyword arguments for the registry factory of `model`
-              generator_kwargs:Mapping|None=None, # keyword arguments for the generator factory
-              text_mode:str="score", # text design: "score" (label log-probs) or "chat" (JSON answer)
               config:IATConfig|None=None, # configuration (default: load_iat_config())
-              max_workers:int|None=None, # concurrent calls
-              retry:RetryPolicy=RetryPolicy(), # transient-error policy
-              n_boot:int=2000, # bootstrap resamples for D
-              n_perm:int=2000, # permutations for D
-              alpha:float=0.05, # 1 - confidence level
-              progress:bool|None=None, # progress bars
-              execution:Execution|str|Mapping|None=None, # "local" threads (default), "ray" actors, a dict of `Execution` fields or an Execution
+              analysis:IATAnalysis|Mapping|None=None, # how the per-pair effects are computed (`IATAnalysis.of`)
+              execution:Execution|str|Mapping|None=None, # how the generator's and the judge's calls run (`Execution`)
               plan_only:bool=False, # return the audit plan (`plan_iat`) and make no model call: no adapter is created, nothing is written
              )->IATStudy|IATPlan:
     "Run an IAT study end to end (resumable) and return trials, scored results and per-pair effects (or only its plan)."
     if design not in DESIGNS: raise ValueError(f"design={design!r}: use one of {DESIGNS}")
-    jk, gk = dict(judge_kwargs or {}), dict(generator_kwargs or {})
-    check_no_secrets({"judge_kwargs": jk, "generator_kwargs": gk}, "iat_study")  # before any adapter sees them
-    if plan_only: return plan_iat(model, design, dimensions, pairs_per_combo, words, seed, generator=generator, images=images,
-                                  image_dir=image_dir, config=config, alpha=alpha)
-    execution = Execution.of(execution)
-    if judge is not None: placement(judge, execution)  # a loaded local judge cannot go to Ray: say so before making images
+    an = IATAnalysis.of(analysis)
+    judge, name, jk = _study_judge(model, design)   # names checked now; nothing is loaded
+    gen = AdapterRef.of("image_generator", generator) if isinstance(generator, str) else generator
+    if not (isinstance(gen, AdapterRef) and gen.kind == "image_generator"):
+        raise TypeError(f"generator must be an IMAGE_GENERATORS name or AdapterRef.of('image_generator', name, ...), got {gen!r}")
+    check_no_secrets({"judge_kwargs": jk, "generator_kwargs": dict(gen.kwargs)}, "iat_study")  # before any adapter sees them
+    if plan_only: return plan_iat(judge if isinstance(judge, AdapterRef) else name, design, dimensions, pairs_per_combo, words,
+                                  seed, generator=gen, images=images, image_dir=image_dir, config=config, alpha=an.alpha)
+    ex = Execution.of(execution)
+    placement(judge, ex)   # a loaded local judge cannot go to Ray: say so before making images
     cfg, words = study_config(config, dimensions, words, seed)
     pairs = attribute_pairs(cfg)
     params = {"design": design, "dimensions": list(cfg.tested), "pairs_per_combo": int(pairs_per_combo), "words": words,
               "config_sha256": cfg.sha256, "judge_kwargs": jk}
     matched, isum = None, None
     if design != "text":
-        matched, isum = _study_images(cfg, pairs, pairs_per_combo, seed, run_dir, params, generator=generator, gk=gk, images=images,
-                                      image_dir=image_dir, execution=execution, max_workers=max_workers, retry=retry, progress=progress)
-    judge = _study_judge(model, design, judge, jk, text_mode, execution)
+        matched, isum, recorded = _study_images(cfg, pairs, k=pairs_per_combo, seed=seed, run_dir=run_dir, generator=gen,
+                                                images=images, image_dir=image_dir, execution=ex)
+        params.update(recorded)
     trials = (make_trials(matched, cfg, design, seed) if design != "text" else
-              text_trials(cfg, pairs, seed=seed, answer="json" if getattr(judge, "mode", text_mode) == "chat"
+              text_trials(cfg, pairs, seed=seed, answer="json" if getattr(judge, "mode", "score") == "chat"
                           else getattr(judge, "answer", "label")))
-    with Run(RunSpec("iat", model, params, seed), run_dir=run_dir) as run:
+    with Run(RunSpec("iat", name, params, seed), run_dir=run_dir) as run:
         run.add_input("iat_config", data=cfg.describe())
-        s = run_trials(judge, trials, run, max_workers=max_workers, retry=retry, progress=progress, execution=execution)
+        s = run_trials(judge, trials, run, execution=ex)
         df = trial_results(run, trials, s.model_info)   # the judge's describe(), asked of a Ray worker when it ran there
-        path, rdir = write_results(df, run.dir, model), run.dir
+        path, rdir = write_results(df, run.dir, name), run.dir
     scored = score_trials(df)
-    effects = pair_effects(scored, n_boot=n_boot, n_perm=n_perm, alpha=alpha, seed=seed)
+    effects = pair_effects(scored, **dataclasses.asdict(an), seed=seed)
     return IATStudy(cfg, pairs, matched, trials, scored, effects, rdir, path, s.model_info, s.summary, isum)

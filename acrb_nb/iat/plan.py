@@ -9,14 +9,15 @@ from typing import Mapping, Sequence
 import pandas as pd
 from scipy import special
 from ..adapters.base import IMAGE_GENERATORS, TEXT_LMS, VISION_JUDGES
-from ..execution import API_BACKENDS
+from ..core import check_keys
+from ..execution import API_BACKENDS, AdapterRef
 from ..planning import (DEFAULT_CONCURRENCY, declared, image_price, judge_correlation, labels_for_width,
                               wall_hours, width_for_labels, usd, duration)
 from .config import IATConfig, attribute_pairs, study_config
 from .profiles import load_profile_pool, match_pairs, needed_profiles, plan_profiles
 
 # %% auto #0
-__all__ = ['trials_per_pair', 'IATPlan', 'plan_iat']
+__all__ = ['trials_per_pair', 'IATPlan', 'PlanAssumptions', 'plan_iat']
 
 # %% ../../nbs/46_iat.plan.ipynb #f699d82e
 def trials_per_pair(design:str, # "seed", "paired" or "text"
@@ -73,7 +74,7 @@ def _label_numbers(labels, # float < 1: target width; int: labels per cell; None
 def _profile_counts(cfg:IATConfig, # the study configuration
                     pairs:pd.DataFrame, # attribute pairs
                     design:str, # "seed", "paired" or "text"
-                    k:int, # profile pairs per attribute pair
+                    *, k:int, # profile pairs per attribute pair
                     seed:int, # master seed
                     images, # profile_metadata.jsonl of existing images (None: generate)
                     image_dir, # folder of those images
@@ -87,66 +88,41 @@ def _profile_counts(cfg:IATConfig, # the study configuration
     n = len(needed_profiles(plan_profiles(cfg, pairs, k, seed), cfg))
     return {"profiles": n, "generated": n, "source": f"{n} distinct profiles of the matched plan, generated"}
 
-# %% ../../nbs/46_iat.plan.ipynb #40df2a56
-def plan_iat(model:str="sim", # VISION_JUDGES name (design seed/paired) or TEXT_LMS name (design text)
-             design:str="seed", # "seed", "paired" or "text"
-             dimensions:Sequence[str]|None=None, # dimensions to test (None: all)
-             pairs_per_combo:int=3, # matched profile pairs per attribute pair (k)
-             words:int|str|None=None, # None: all words; n: a seeded sample of n of each; a path: a words YAML
-             seed:int=0, # master seed (matching, word sample)
-             labels:float|int|None=0.25, # float < 1: target 95% width per corrected rate; int: labels per pair × position; None: skip
-             *, generator:str="sim", # IMAGE_GENERATORS name for the profile images
-             images=None, # profile_metadata.jsonl of existing images (instead of generating)
-             image_dir=None, # folder of those images
-             config:IATConfig|None=None, # configuration (default: load_iat_config())
-             alpha:float=0.05, # 1 - confidence level
-             expected_refusal:float=0.0, # share of trials refused or invalid (not in the corrected rates)
-             judge_accuracy:float=0.95, # assumed share of answers read as the option the model chose (for the labels)
-             judge_corr:float|None=None, # or the assumed label–reading correlation directly
-             rpm:float|None=None, # requests per minute of each model stage (None: the adapter's declared budget, else none)
-             concurrency:int|None=None, # concurrent requests (None: the adapter's max_concurrency, else 4)
-             seconds_per_call:float|None=None, # latency per request (None: wall time from rpm only)
-             usd_per_judge_call:float|None=None, # judge price per call (None: unknown; vision judges have no price table)
-             size:str|None=None, # image size for the generator's price (OpenAI)
-             quality:str|None=None, # image quality for the generator's price (OpenAI)
-            )->IATPlan:
-    "Pairs, trials, profile images, calls, expected cost, wall time and human labels of an IAT audit — no model is created or called."
-    k = int(pairs_per_combo)
-    trials_per_pair(design, k, 1, 1)   # checks the design first
-    if not 0 <= expected_refusal < 1: raise ValueError(f"expected_refusal={expected_refusal} must lie in [0, 1)")
-    judge_entry = (TEXT_LMS if design == "text" else VISION_JUDGES).entry(model)
-    cfg, n_words = study_config(config, dimensions, words, seed)
-    pairs = attribute_pairs(cfg)
-    per_pair = trials_per_pair(design, k, len(cfg.positive), len(cfg.negative))
-    trials = per_pair * len(pairs)
-    prof = _profile_counts(cfg, pairs, design, k, seed, images, image_dir)
-    gen_entry = IMAGE_GENERATORS.entry(generator) if prof["generated"] else None
-    price = image_price(generator, size=size, quality=quality) if gen_entry else {"usd_per_image": 0.0, "source": "no image generated"}
-    g = _stage_budget(gen_entry, prof["generated"], rpm, concurrency, seconds_per_call) if gen_entry else {"hours": 0.0}
-    j = _stage_budget(judge_entry, trials, rpm, concurrency, seconds_per_call)
-    usd_img = None if price["usd_per_image"] is None else prof["generated"] * price["usd_per_image"]
-    if usd_per_judge_call is None and judge_entry.backend not in API_BACKENDS: usd_per_judge_call = 0.0   # a local model: no API price
-    usd_judge = None if usd_per_judge_call is None else trials * usd_per_judge_call
-    n = {"model": model, "backend": judge_entry.backend, "design": design, "dimensions": list(cfg.tested), "pairs": len(pairs),
-         "pairs_per_combo": k, "words": [len(cfg.positive), len(cfg.negative)], "words_sample": n_words, "trials_per_pair": per_pair,
-         "trials": trials, "profiles": prof["profiles"], "generator": generator if prof["generated"] else None,
-         "generator_calls": prof["generated"], "judge_calls": trials, "judge_calls_max": trials * 3,
-         "usd_per_image": price["usd_per_image"], "cost_images_usd": usd_img, "usd_per_judge_call": usd_per_judge_call,
-         "cost_judge_usd": usd_judge, "cost_usd": None if usd_img is None or usd_judge is None else usd_img + usd_judge,
-         "rpm": j["rpm"], "concurrency": j["concurrency"], "seconds_per_call": seconds_per_call,
-         "wall_hours": None if math.isnan(g["hours"]) or math.isnan(j["hours"]) else g["hours"] + j["hours"]}
-    if labels is not None:
-        rho = judge_corr if judge_corr is not None else judge_correlation(0.5, judge_accuracy)
-        n.update(_label_numbers(labels, per_pair / 2 * (1 - expected_refusal), 2 * len(pairs), rho, alpha))
-    return IATPlan(_plan_table(n, prof, price, labels, judge_accuracy, judge_corr), n)
+# %% ../../nbs/46_iat.plan.ipynb #e5f6a7b2
+@dataclasses.dataclass(frozen=True)
+class PlanAssumptions:
+    "What an IAT plan assumes about the run it prices: lost answers, reading accuracy, request budget, latency and prices."
+    expected_refusal:float=0.0 # share of trials refused or invalid (not in the corrected rates)
+    judge_accuracy:float=0.95 # assumed share of answers read as the option the model chose (for the labels)
+    judge_corr:float|None=None # or the assumed label–reading correlation directly
+    rpm:float|None=None # requests per minute of each model stage (None: the adapter's declared budget, else none)
+    concurrency:int|None=None # concurrent requests (None: the adapter's max_concurrency, else 4)
+    seconds_per_call:float|None=None # latency per request (None: wall time from rpm only)
+    usd_per_judge_call:float|None=None # judge price per call (None: unknown; vision judges have no price table)
+    size:str|None=None # image size for the generator's price (OpenAI)
+    quality:str|None=None # image quality for the generator's price (OpenAI)
+
+    def __post_init__(self):
+        if not 0 <= self.expected_refusal < 1: raise ValueError(f"expected_refusal={self.expected_refusal} must lie in [0, 1)")
+
+    @classmethod
+    def of(cls, assumptions:"PlanAssumptions|Mapping|None"=None, # None (the defaults), a dict of fields, or a PlanAssumptions
+          )->"PlanAssumptions":
+        "The one way `plan_iat` reads its `assumptions`: `PlanAssumptions.of({'rpm': 50})`; an unknown key fails naming the closest."
+        if assumptions is None: return cls()
+        if isinstance(assumptions, cls): return assumptions
+        if not isinstance(assumptions, Mapping):
+            raise TypeError(f"assumptions must be None, a dict of PlanAssumptions fields or a PlanAssumptions, "
+                            f"got {type(assumptions).__name__}")
+        check_keys(assumptions, [f.name for f in dataclasses.fields(cls)], "assumptions", error=ValueError)
+        return cls(**assumptions)
 
 # %% ../../nbs/46_iat.plan.ipynb #96fe51ec
 def _plan_table(n:Mapping, # the plan's numbers
                 prof:Mapping, # from `_profile_counts`
                 price:Mapping, # from `planning.image_price`
                 labels, # the `labels` argument
-                judge_accuracy:float, # assumed reading accuracy
-                judge_corr:float|None, # or the given correlation
+                a:PlanAssumptions, # the plan's assumptions (reading accuracy or correlation)
                )->pd.DataFrame:
     "The plan as rows of (quantity, value, unit, how)."
     _unit = lambda x: "unknown" if x is None else f"${x:.3g}"  # a unit price keeps its digits: $0.042, $0.001
@@ -168,8 +144,8 @@ def _plan_table(n:Mapping, # the plan's numbers
              f"concurrency={n['concurrency']}, seconds_per_call={n['seconds_per_call']}"
              + ("" if n["wall_hours"] is not None else " — give rpm= or seconds_per_call=")),]
     if labels is not None:
-        how = f"ρ = {n['label_corr']:.3f} (" + ("given" if judge_corr is not None
-                                                else f"answers read right {judge_accuracy:g} of the time") + ")"
+        how = f"ρ = {n['label_corr']:.3f} (" + ("given" if a.judge_corr is not None
+                                                else f"answers read right {a.judge_accuracy:g} of the time") + ")"
         rows += [("human labels per pair × position", n["labels_per_cell"], "labels",
                   f"for a corrected-rate 95% interval of width {n['label_interval_width']:.3f}, PPI++ at rate 0.5, {how}"),
                  ("human labels in total", n["labels_total"], "labels", f"× {2 * n['pairs']} cells (`iat.correct.export_choice_sample`)"),
@@ -178,3 +154,50 @@ def _plan_table(n:Mapping, # the plan's numbers
     out = pd.DataFrame(rows, columns=["quantity", "value", "unit", "how"])
     out["value"] = pd.Series([r[1] for r in rows], dtype=object)   # counts stay integers next to prices and hours
     return out
+
+# %% ../../nbs/46_iat.plan.ipynb #40df2a56
+def plan_iat(model:str|AdapterRef="sim", # the judge: a VISION_JUDGES (design seed/paired) or TEXT_LMS (text) name, or its AdapterRef
+             design:str="seed", # "seed", "paired" or "text"
+             dimensions:Sequence[str]|None=None, # dimensions to test (None: all)
+             pairs_per_combo:int=3, # matched profile pairs per attribute pair (k)
+             words:int|str|None=None, # None: all words; n: a seeded sample of n of each; a path: a words YAML
+             seed:int=0, # master seed (matching, word sample)
+             labels:float|int|None=0.25, # float < 1: target 95% width per corrected rate; int: labels per pair × position; None: skip
+             *, generator:str|AdapterRef="sim", # IMAGE_GENERATORS name (or its AdapterRef) for the profile images
+             images=None, # profile_metadata.jsonl of existing images (instead of generating)
+             image_dir=None, # folder of those images
+             config:IATConfig|None=None, # configuration (default: load_iat_config())
+             alpha:float=0.05, # 1 - confidence level
+             assumptions:PlanAssumptions|Mapping|None=None, # what the plan assumes about the run (`PlanAssumptions.of`)
+            )->IATPlan:
+    "Pairs, trials, profile images, calls, expected cost, wall time and human labels of an IAT audit — no model is created or called."
+    k, a = int(pairs_per_combo), PlanAssumptions.of(assumptions)
+    model, generator = (m.name if isinstance(m, AdapterRef) else m for m in (model, generator))
+    trials_per_pair(design, k, 1, 1)   # checks the design first
+    judge_entry = (TEXT_LMS if design == "text" else VISION_JUDGES).entry(model)
+    cfg, n_words = study_config(config, dimensions, words, seed)
+    pairs = attribute_pairs(cfg)
+    per_pair = trials_per_pair(design, k, len(cfg.positive), len(cfg.negative))
+    trials = per_pair * len(pairs)
+    prof = _profile_counts(cfg, pairs, design, k=k, seed=seed, images=images, image_dir=image_dir)
+    gen_entry = IMAGE_GENERATORS.entry(generator) if prof["generated"] else None
+    price = (image_price(generator, size=a.size, quality=a.quality) if gen_entry
+             else {"usd_per_image": 0.0, "source": "no image generated"})
+    g = _stage_budget(gen_entry, prof["generated"], a.rpm, a.concurrency, a.seconds_per_call) if gen_entry else {"hours": 0.0}
+    j = _stage_budget(judge_entry, trials, a.rpm, a.concurrency, a.seconds_per_call)
+    usd_img = None if price["usd_per_image"] is None else prof["generated"] * price["usd_per_image"]
+    usd_call = a.usd_per_judge_call
+    if usd_call is None and judge_entry.backend not in API_BACKENDS: usd_call = 0.0   # a local model: no API price
+    usd_judge = None if usd_call is None else trials * usd_call
+    n = {"model": model, "backend": judge_entry.backend, "design": design, "dimensions": list(cfg.tested), "pairs": len(pairs),
+         "pairs_per_combo": k, "words": [len(cfg.positive), len(cfg.negative)], "words_sample": n_words, "trials_per_pair": per_pair,
+         "trials": trials, "profiles": prof["profiles"], "generator": generator if prof["generated"] else None,
+         "generator_calls": prof["generated"], "judge_calls": trials, "judge_calls_max": trials * 3,
+         "usd_per_image": price["usd_per_image"], "cost_images_usd": usd_img, "usd_per_judge_call": usd_call,
+         "cost_judge_usd": usd_judge, "cost_usd": None if usd_img is None or usd_judge is None else usd_img + usd_judge,
+         "rpm": j["rpm"], "concurrency": j["concurrency"], "seconds_per_call": a.seconds_per_call,
+         "wall_hours": None if math.isnan(g["hours"]) or math.isnan(j["hours"]) else g["hours"] + j["hours"]}
+    if labels is not None:
+        rho = a.judge_corr if a.judge_corr is not None else judge_correlation(0.5, a.judge_accuracy)
+        n.update(_label_numbers(labels, per_pair / 2 * (1 - a.expected_refusal), 2 * len(pairs), rho, alpha))
+    return IATPlan(_plan_table(n, prof, price, labels, a), n)

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from ..core import atomic_write, file_sha256, item_key, rng, seed_int, sha256_hex
 from ..store import Run
-from ..runner import RetryPolicy, RateLimiter, StageResult
+from ..runner import StageResult
 from ..execution import Execution, AdapterRef, run_model_items
 from ..adapters.base import ImageGenerator, GenerationOutcome
 from .config import IATConfig, PLACEHOLDER, attribute_pairs, iat_data_path
@@ -85,20 +85,20 @@ def _backgrounds(sub:pd.DataFrame, # pool rows with the target attribute at o1 o
     return by
 
 # %% ../../nbs/42_iat.profiles.ipynb #397429bc
-def _shortfall(pair_id:str, # the attribute pair
+def _shortfall(pr, # the attribute pair (pair_id, dimension, option1, option2), a row of `attribute_pairs`
                by:dict, # from `_backgrounds`
-               sub:pd.DataFrame, # pool rows with the target attribute at o1 or o2
-               d:str, o1:str, o2:str, # target dimension and its two values
+               sub:pd.DataFrame, # pool rows with the target attribute at option1 or option2
                others:list, # the background dimensions
-               n_matched:int, # backgrounds with both values
+               *, n_matched:int, # backgrounds with both values
                k:int, # backgrounds needed
               )->str:
     "What the pool lacks for one attribute pair, naming images that would complete a pair."
+    d, o1, o2 = pr.dimension, pr.option1, pr.option2
     half = [(key, o2 if v[o1] else o1) for key, v in by.items() if bool(v[o1]) != bool(v[o2])]
     lines = [f"{d}={miss}, {_bg_text(dict(zip(others, key)))}" for key, miss in sorted(half)[:8]]
     more = f" (and {len(half) - 8} more)" if len(half) > 8 else ""
     have = {o: int((sub[d] == o).sum()) for o in (o1, o2)}
-    return (f"{pair_id}: {n_matched} matched background(s), need {k}; the pool has {have[o1]} image(s) with "
+    return (f"{pr.pair_id}: {n_matched} matched background(s), need {k}; the pool has {have[o1]} image(s) with "
             f"{d}={o1} and {have[o2]} with {d}={o2}." + (f" Images that would complete a pair: {'; '.join(lines)}{more}." if lines else ""))
 
 # %% ../../nbs/42_iat.profiles.ipynb #b32d3845
@@ -106,7 +106,7 @@ def _pick_backgrounds(by:dict, # from `_backgrounds`
                       cands:list, # backgrounds with both values
                       others:list, # the background dimensions
                       o1:str, o2:str, # the two values
-                      k:int, # backgrounds to pick
+                      *, k:int, # backgrounds to pick
                       g:np.random.Generator, # the pair's generator (permutation, then one draw per chosen profile)
                      )->list:
     "k (background, profile1, profile2): each pick a background whose values were used least so far (seeded tie-break)."
@@ -144,9 +144,10 @@ def match_pairs(pool:pd.DataFrame, # profiles with images (load_profile_pool) or
         by = _backgrounds(sub, d, o1, o2, others)
         cands = [key for key, v in by.items() if v[o1] and v[o2]]
         if len(cands) < k:
-            problems.append(_shortfall(pr.pair_id, by, sub, d, o1, o2, others, len(cands), k))
+            problems.append(_shortfall(pr, by, sub, others, n_matched=len(cands), k=k))
             continue
-        for pp, (key, p1, p2) in enumerate(_pick_backgrounds(by, cands, others, o1, o2, k, rng(seed, "iat.match", pr.pair_id))):
+        picks = _pick_backgrounds(by, cands, others, o1, o2, k=k, g=rng(seed, "iat.match", pr.pair_id))
+        for pp, (key, p1, p2) in enumerate(picks):
             row = {"pair_id": pr.pair_id, "dimension": d, "option1": o1, "option2": o2, "pp": pp,
                    "background": dict(zip(others, key)), "profile1": p1["profile_id"], "profile2": p2["profile_id"],
                    "attributes1": {x: p1[x] for x in cfg.dimensions}, "attributes2": {x: p2[x] for x in cfg.dimensions}}
@@ -315,17 +316,12 @@ def _metadata_lines(store, # the run's ItemStore
     return lines
 
 # %% ../../nbs/42_iat.profiles.ipynb #a07d94c0
-def generate_profiles(generator:ImageGenerator|AdapterRef, # the image generator adapter, or AdapterRef.of("image_generator", name) (needed for Ray)
+def generate_profiles(generator:ImageGenerator|AdapterRef, # the generator, or AdapterRef.of("image_generator", name) (needed for Ray)
                       profiles:pd.DataFrame, # profile_id, one column per dimension, prompt (e.g. `needed_profiles`)
                       run:Run, # the images run (its folder receives profile_metadata.jsonl)
                       cfg:IATConfig, # the study configuration
                       *, seed:int=0, # seeds of the generation requests
-                      max_workers:int|None=None, # concurrent requests (default: the adapter's max_concurrency, else 4)
-                      limiter:RateLimiter|None=None, # provider rate limits
-                      retry:RetryPolicy=RetryPolicy(), # transient-error policy
-                      retry_failed:bool=False, # re-attempt only failed items
-                      progress:bool|None=None, # progress bar
-                      execution:Execution|str|Mapping|None=None, # "local" threads (default), "ray" actors, a dict of `Execution` fields or an Execution
+                      execution:Execution|str|Mapping|None=None, # how the generation requests run (`Execution`; None: threads here)
                      )->StageResult:
     "Generate the profile images through the runner: the pool (also written as profile_metadata.jsonl), the run's summary, the generator."
     check_model(generator, ImageGenerator, ("image_generator",), "generator")
@@ -334,8 +330,7 @@ def generate_profiles(generator:ImageGenerator|AdapterRef, # the image generator
                                             f"profile_metadata.jsonl), got {type(run).__name__}")
     items = _profile_items(profiles, cfg, seed)
     s = run_model_items(generator, _profile_work, recording(run, "generator", items), run, key_of=_profile_key,
-                        execution=execution, max_workers=max_workers, limiter=limiter, retry=retry,
-                        retry_failed=retry_failed, progress=progress, desc=f"IAT profiles {model_name(generator)}")
+                        execution=execution, desc=f"IAT profiles {model_name(generator)}")
     lines = _metadata_lines(run.store, items, s.model_info)
     path = run.dir / "profile_metadata.jsonl"
     atomic_write(path, "".join(json.dumps(l, ensure_ascii=False, sort_keys=True) + "\n" for l in lines))
@@ -358,7 +353,8 @@ def attach_images(matched:pd.DataFrame, # a plan from `plan_profiles`
     if miss:
         raise ValueError(f"{len(miss)} planned profile(s) have no image (refused or failed generation?): "
                          + "; ".join(m[1] for m in miss[:6]) + (" ..." if len(miss) > 6 else "")
-                         + ". Re-run with retry_failed=True, use another seed, or match from a larger pool with match_pairs().")
+                         + ". Re-run with execution={'retry_failed': True}, use another seed, or match from a larger pool "
+                         "with match_pairs().")
     out = matched.copy()
     for s in ("1", "2"):
         out["image" + s] = [by.at[p, "image"] for p in out["profile" + s]]

@@ -4,15 +4,15 @@
 
 # %% ../../nbs/44_iat.scoring.ipynb #86f1a623
 from __future__ import annotations
-import math
-from typing import Sequence
+import dataclasses, math
+from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
-from ..core import rng
+from ..core import check_keys, rng
 from ..stats import adjust_pvalues, binom_ci, iat_effect, two_proportion_effects, vlm_trial_score
 
 # %% auto #0
-__all__ = ['score_trials', 'position_rates', 'pair_effects', 'outcome_rates']
+__all__ = ['score_trials', 'position_rates', 'pair_effects', 'IATAnalysis', 'outcome_rates']
 
 # %% ../../nbs/44_iat.scoring.ipynb #ec90ccbf
 def score_trials(df:pd.DataFrame, # from trial_results
@@ -62,7 +62,7 @@ def position_rates(ok:pd.DataFrame, # scored trials with a valid answer (columns
 # %% ../../nbs/44_iat.scoring.ipynb #ee81578d
 def _d_effect(d:pd.DataFrame, # the scored trials of one attribute pair
               pid:str, # the attribute pair (names the resampling stream)
-              cluster:str|None, # resampling unit (None: trials)
+              *, cluster:str|None, # resampling unit (None: trials)
               n_boot:int, # bootstrap resamples
               n_perm:int, # permutations
               alpha:float, # 1 - confidence level
@@ -99,13 +99,43 @@ def pair_effects(scored:pd.DataFrame, # from score_trials
         row["cc_rate"] = k_cc / n_ok if n_ok else np.nan
         row["cc_lo"], row["cc_hi"] = binom_ci(k_cc, n_ok, alpha)
         row.update(position_rates(ok, alpha), chose_A=float(ok.chose_A.mean()) if n_ok else np.nan)
-        row.update(_d_effect(d, pid, cluster, n_boot, n_perm, alpha, seed))
+        row.update(_d_effect(d, pid, cluster=cluster, n_boot=n_boot, n_perm=n_perm, alpha=alpha, seed=seed))
         rows.append(row)
     out = pd.DataFrame(rows)
     if len(out):
         out["p_holm"], out["sig_holm"] = adjust_pvalues(out["p"], "holm", alpha)
         out["p_bh"], out["sig_bh"] = adjust_pvalues(out["p"], "fdr_bh", alpha)
     return out
+
+# %% ../../nbs/44_iat.scoring.ipynb #b81d5e2a
+@dataclasses.dataclass(frozen=True)
+class IATAnalysis:
+    "How an IAT study computes its per-pair effects: the knobs of `pair_effects` (the seed is the study's)."
+    n_boot:int=2000 # bootstrap resamples for the D interval
+    n_perm:int=2000 # condition shuffles for the D p-value
+    alpha:float=0.05 # 1 - confidence level; also the level of the Holm / BH decisions
+    cluster:str|None=None # resampling unit for D (None: trials; e.g. "pp" when there are many profile pairs)
+
+    def __post_init__(self):
+        for n in ("n_boot", "n_perm"):
+            v = getattr(self, n)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{n} must be an integer >= 1, got {v!r}")
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0 < self.alpha < 1:
+            raise ValueError(f"alpha must lie in (0, 1), got {self.alpha!r}")
+        if self.cluster is not None and not isinstance(self.cluster, str):
+            raise TypeError(f"cluster must be a column name (e.g. 'pp') or None, got {type(self.cluster).__name__}")
+
+    @classmethod
+    def of(cls, analysis:"IATAnalysis|Mapping|None"=None, # None (the defaults), a dict of fields, or an IATAnalysis
+          )->"IATAnalysis":
+        "The one way a study reads its `analysis`: `IATAnalysis.of({'n_boot': 1000})`; an unknown key fails naming the closest."
+        if analysis is None: return cls()
+        if isinstance(analysis, cls): return analysis
+        if not isinstance(analysis, Mapping):
+            raise TypeError(f"analysis must be None, a dict of IATAnalysis fields or an IATAnalysis, got {type(analysis).__name__}")
+        check_keys(analysis, [f.name for f in dataclasses.fields(cls)], "analysis", error=ValueError)
+        return cls(**analysis)
 
 # %% ../../nbs/44_iat.scoring.ipynb #f8476f7c
 def outcome_rates(scored:pd.DataFrame, # from score_trials

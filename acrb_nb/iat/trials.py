@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from ..core import atomic_write, canonical_json, file_sha256, item_key, rng, safe_name, seed_int
 from ..store import ItemStore, Run
-from ..runner import RetryPolicy, RateLimiter, StageResult
+from ..runner import StageResult
 from ..execution import Execution, AdapterRef, run_model_items
 from ..adapters.base import VisionJudge, load_image
 from ..adapters.text_choice import TextChoiceJudge
@@ -235,15 +235,10 @@ class TextChoiceRef(AdapterRef):
     def create(self)->TextChoiceJudge: return TextChoiceJudge(super().create(), mode=self.mode, answer=self.answer)
 
 # %% ../../nbs/43_iat.trials.ipynb #589d394b
-def run_trials(judge:VisionJudge|AdapterRef, # the judge under audit, or AdapterRef.of("vision_judge", name) / TextChoiceRef.of(name) (needed for Ray)
+def run_trials(judge:VisionJudge|AdapterRef, # the judge under audit, or its AdapterRef / TextChoiceRef (needed for Ray)
                trials:Sequence[Mapping], # from make_trials / text_trials
                run:Run|ItemStore, # where the answers go
-               *, max_workers:int|None=None, # concurrent calls (default: the adapter's max_concurrency, else 4)
-               limiter:RateLimiter|None=None, # provider rate limits
-               retry:RetryPolicy=RetryPolicy(), # transient-error policy
-               retry_failed:bool=False, # re-attempt only failed items
-               progress:bool|None=None, # progress bar
-               execution:Execution|str|Mapping|None=None, # "local" threads (default), "ray" actors, a dict of `Execution` fields or an Execution
+               *, execution:Execution|str|Mapping|None=None, # how the judge's calls run (`Execution`; None: threads here)
               )->StageResult:
     """Ask the judge every trial through the runner (resumable): one row per trial, the run's summary (with
     `executor`), the judge's `describe()`."""
@@ -252,9 +247,8 @@ def run_trials(judge:VisionJudge|AdapterRef, # the judge under audit, or Adapter
     check_model(judge, VisionJudge, ("vision_judge",), "judge", refs=(TextChoiceRef,))
     execution = Execution.of(execution)
     return run_model_items(judge, _trial_work, recording(run, "judge", list(trials)), run, key_of=trial_key,
-                           execution=execution, max_workers=max_workers, limiter=limiter, retry=retry,
-                           retry_failed=retry_failed, prepare=_with_image_bytes() if execution.is_ray else None,
-                           progress=progress, desc=f"IAT trials {model_name(judge)}")
+                           execution=execution, prepare=_with_image_bytes() if execution.is_ray else None,
+                           desc=f"IAT trials {model_name(judge)}")
 
 # %% ../../nbs/43_iat.trials.ipynb #c8401ae8
 _RESULT_FIELDS = ("outcome", "choice", "reason", "confidence", "model_response", "refusal", "judge_attempts", "judge_errors")

@@ -7,7 +7,8 @@ __all__ = ['simulate_clustered_binary', 'BootResult', 'bootstrap', 'permutation_
            'homogeneity_test', 'delta_interval', 'disparity', 'adjust_pvalues', 'mcnemar_test', 'cochran_q', 'cohens_h',
            'paired_effects', 'ComparisonTables', 'paired_tests', 'two_proportion_effects', 'independence_test',
            'unpaired_tests', 'weat', 'd_score', 'iat_d_latency', 'vlm_trial_score', 'iat_effect', 'mdd_two_proportions',
-           'mdd_paired', 'flag_underpowered', 'mixed_logit']
+           'mdd_paired', 'flag_underpowered', 'mixed_logit', 'binarize', 'agreement', 'ppi_lambda', 'ppi_rate',
+           'rogan_gladen', 'corrected_rates', 'correction_note', 'corrected_differences', 'corrected_delta']
 
 # %% ../../nbs/04_stats.ipynb #3935306d
 from .resample import simulate_clustered_binary, BootResult, bootstrap, permutation_test
@@ -16,9 +17,12 @@ from .tests import (adjust_pvalues, mcnemar_test, cochran_q, cohens_h, paired_ef
                                  paired_tests, two_proportion_effects, independence_test, unpaired_tests)
 from .iat import weat, d_score, iat_d_latency, vlm_trial_score, iat_effect
 from .power import mdd_two_proportions, mdd_paired, flag_underpowered, mixed_logit
+from .ppi import (binarize, agreement, ppi_lambda, ppi_rate, rogan_gladen, corrected_rates, correction_note,
+                               corrected_differences, corrected_delta)
 _all_ = ["simulate_clustered_binary", "BootResult", "bootstrap", "permutation_test", "binom_ci", "rate_table",
          "rate_labels", "homogeneity_test", "delta_interval", "disparity", "adjust_pvalues", "mcnemar_test",
          "cochran_q", "cohens_h", "paired_effects",
          "ComparisonTables", "paired_tests", "two_proportion_effects", "independence_test", "unpaired_tests", "weat",
          "d_score", "iat_d_latency", "vlm_trial_score", "iat_effect", "mdd_two_proportions", "mdd_paired",
-         "flag_underpowered", "mixed_logit"]
+         "flag_underpowered", "mixed_logit", "binarize", "agreement", "ppi_lambda", "ppi_rate", "rogan_gladen",
+         "corrected_rates", "correction_note", "corrected_differences", "corrected_delta"]

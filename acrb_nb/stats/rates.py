@@ -190,6 +190,7 @@ def _rate_cov(boot_rates:np.ndarray, y:np.ndarray, g:np.ndarray, G:int)->np.ndar
         V[np.diag_indices(G)] = np.fmax(np.diag(V), pt * (1 - pt) / np.maximum(n, 1))
     return V
 
+# %% ../../nbs/04b_stats.rates.ipynb #726b0ba5
 def disparity(df:pd.DataFrame, # long-format items
               outcome:str, # 0/1 outcome or continuous score (NaN = missing)
               group:str, # attribute-value column

@@ -78,7 +78,7 @@ if __name__ == '__main__' and '__file__' in globals(): main()
 def start_server_process(api:str, # 'openai' or 'gemini'
                          script=None, # JSON-describable script: list, dict, action or `Script` without `fn`
                          *, latency:float=0., # seconds added to every request
-                         log_path:str|Path|None=None, # JSONL request log (read it with `read_log`); the child's stderr goes to `<log_path>.stderr`
+                         log_path:str|Path|None=None, # JSONL request log (see `read_log`); the child's stderr goes to `<log_path>.stderr`
                          port:int=0, # 0: an ephemeral port
                          image_size:tuple[int,int]|None=None, # render every image at (w, h)
                          hooks:str|None=None, # 'module:name' of content hooks importable in the child

@@ -29,7 +29,7 @@ class FakeOpenAI(FakeServer):
     "Loopback OpenAI REST API: chat completions (text, vision, logprobs, JSON schema), image generations and edits, models."
     api = 'openai'
     def __init__(self, script=None, # what to do per request (see `FakeServer`)
-                 *, refusal_code:str|None=None, # image refusal code; None: 'content_policy_violation' for dall-e-* models, else 'moderation_blocked'
+                 *, refusal_code:str|None=None, # image refusal code (None: content_policy_violation for dall-e-*, else moderation_blocked)
                  models=('gpt-4o-mini', 'gpt-4.1-mini', 'gpt-image-1', 'dall-e-3'), # ids listed by GET /v1/models
                  **kwargs, # `FakeServer` options: latency, text_fn, logprob_fn, image_fn, image_size, log_path, host, port
                 ):

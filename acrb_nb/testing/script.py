@@ -57,7 +57,7 @@ class Malformed:
 @dataclass(frozen=True)
 class PolicyRefusal:
     "The provider refuses the request on policy grounds (shape depends on API and endpoint)."
-    code: str|None = None  # OpenAI images: error code ('moderation_blocked' | 'content_policy_violation'); OpenAI chat: None -> `message.refusal`, a code -> HTTP 400 with that code; Gemini: `promptFeedback.blockReason`
+    code: str|None = None  # OpenAI images: the error code; chat: None -> `message.refusal`, a code -> a 400 with it; Gemini: `blockReason`
     message: str|None = None  # refusal / error message; None: the provider's usual wording
     kind: ClassVar[str] = 'policy_refusal'
 

@@ -89,7 +89,7 @@ class FakeServer:
                  *,
                  latency:float=0.,  # seconds added to every request (concurrent requests wait in parallel)
                  text_fn:Callable|None=None,  # (request record) -> reply text; default `default_text`
-                 logprob_fn:Callable|None=None,  # (request record, text, top) -> [{'token','logprob','top_logprobs'}]; default `default_logprobs`
+                 logprob_fn:Callable|None=None,  # (request, text, top) -> [{'token','logprob','top_logprobs'}]; default `default_logprobs`
                  image_fn:Callable|None=None,  # (prompt, (w, h), [PIL input images]) -> PIL image; default `default_image`
                  image_size:tuple[int,int]|None=None,  # render every image at this (w, h) whatever was asked (fast benchmarks)
                  log_path:str|Path|None=None,  # append each request record as a JSON line here (flushed per request)

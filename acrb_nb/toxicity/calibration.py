@@ -11,7 +11,9 @@ import pandas as pd
 from ..core import rng as _rng
 from ..runner import StageResult
 from ..stats import bootstrap
-from .zeroshot import ZeroShotTask, get_task, score_dataset
+from fastcore.meta import delegates
+from .prompts import ZeroShotTask, get_task
+from .zeroshot import score_dataset
 
 # %% auto #0
 __all__ = ['YES_NO', 'TOXIC_SAFE', 'calibration_split', 'auc_interval', 'choose_threshold', 'calibration_report', 'plot_scores',
@@ -98,7 +100,7 @@ def _auc(y, s)->float:
 def calibration_report(preds:StageResult|pd.DataFrame, # output of `score_dataset` (or its rows), with a label column
                        label_col:str="label", # gold labels (0/1)
                        *, cal_frac:float=0.5, # share of rows (stratified) used to choose the threshold (when `cal_preds` is None)
-                       cal_preds:StageResult|pd.DataFrame|None=None, # scored calibration rows: choose the threshold there, evaluate on all of `preds`
+                       cal_preds:StageResult|pd.DataFrame|None=None, # scored calibration rows: the threshold is chosen on them
                        method:str="youden", # threshold criterion (see `choose_threshold`)
                        seed:int=0, # seeds the calibration/evaluation split
                        content_free:float|None=None, # content-free log-odds (default: the `score_dataset` summary's `content_free_score`)
@@ -197,6 +199,7 @@ def with_examples(f:Framing, # the framing
     return dataclasses.replace(f.task, examples=tuple((str(t), int(float(y))) for t, y in zip(ex[text_col], ex[label_col])))
 
 # %% ../../nbs/21b_toxicity.calibration.ipynb #398bdea6
+@delegates(score_dataset, keep=True, but=["task", "text_col", "label_col", "id_cols", "max_rows", "chat", "out"])
 def select_framing(data:pd.DataFrame, # labelled rows (all of them: the split is made here)
                    model, # as in `score_dataset`
                    framings:Sequence[Framing]|None=None, # the options (None: `framing_grid()`)
@@ -205,7 +208,7 @@ def select_framing(data:pd.DataFrame, # labelled rows (all of them: the split is
                    cal_frac:float=0.5, # share of each class in the calibration split
                    seed:int=0, # seeds the split, the examples and the bootstrap
                    n_boot:int=500, # bootstrap resamples of the calibration AUC interval
-                   **score_kw, # `score_dataset` options (run, batch_size, execution, progress, ...)
+                   **kwargs, # `score_dataset`'s other options (and the model's)
                   )->StageResult:
     "Score every framing on the calibration rows only; the table of all options, the chosen one (best AUC) and the split."
     framings = list(framings or framing_grid())
@@ -217,7 +220,7 @@ def select_framing(data:pd.DataFrame, # labelled rows (all of them: the split is
     rows = []
     for f in framings:
         r = score_dataset(sel, model, with_examples(f, exs[f.k], label_col, text_col), text_col=text_col, chat=f.chat,
-                          label_col=label_col, id_cols=[], **score_kw)
+                          label_col=label_col, id_cols=[], **kwargs)
         y, s = sel[label_col].astype(float).round().astype(int).to_numpy(), r.rows["score"].to_numpy(float)
         a, cf = auc_interval(y, s, n_boot, seed=seed), r.summary.get("content_free_score")
         rows.append({"framing": f.name, "task": f.task.name, "labels": " / ".join(f.task.labels), "chat": f.chat, "k": f.k,

@@ -12,12 +12,14 @@ import pandas as pd
 from ..core import item_key, rng as _rng, seed_int, sha256_hex
 from ..runner import StageResult, store_for
 from ..adapters.text import context_length
-from .zeroshot import (EncodedPrompt, PromptEncoder, get_task, model_ref, resolve_model, label_logprobs, prefix_kv,
-                                       score_encoded, model_fingerprint, hf_parts, pad_token_id)
+from .prompts import EncodedPrompt, PromptEncoder, get_task
+from .zeroshot import (model_ref, resolve_model, label_logprobs, prefix_kv, score_encoded, model_fingerprint,
+                                       hf_parts, pad_token_id, read_rows)
+from .options import IGOptions, BASELINES
 from ..execution import Execution, ModelSession
 
 # %% auto #0
-__all__ = ['ZERO_ID', 'BASELINES', 'NO_TEXT_BASELINES', 'FILLER', 'IDENTITY_TERMS', 'ig_embedding', 'LabelMargin', 'ig_chunk',
+__all__ = ['ZERO_ID', 'NO_TEXT_BASELINES', 'FILLER', 'IDENTITY_TERMS', 'ig_embedding', 'LabelMargin', 'ig_chunk',
            'integrated_gradients', 'ig_per_step_loop', 'baseline_ids', 'baseline_inputs', 'explain_margin',
            'baseline_gaps', 'choose_baseline', 'explain_rows', 'plot_attributions', 'attributions_html',
            'identity_term_tokens', 'identity_attribution']
@@ -166,7 +168,6 @@ def ig_per_step_loop(f_embeds:Callable, # prompt embeddings [1, T, d] -> output 
     return ((x_embeds - b_embeds) * total).sum(-1)[0].detach()
 
 # %% ../../nbs/22_toxicity.explain.ipynb #c04d725f
-BASELINES = ("mean", "zero", "pad", "filler", "uniform", "blur", "expected", "mask") # `explain_rows(baseline=...)` choices
 NO_TEXT_BASELINES = ("filler", "mean", "zero", "pad",
                      "uniform") # the candidates that remove the text's content (blur keeps a smoothed copy; expected is random text)
 FILLER = " ." # the filler baseline's text: one neutral token, repeated in place of every text token
@@ -240,39 +241,40 @@ def _ig_parts(lm, task, chat, max_text_tokens)->tuple:
 
 def explain_margin(fn:LabelMargin, # the row's margin function
                    baselines:Sequence[Sequence[int]], # baseline prompts (from `baseline_inputs`); several are averaged
-                   *, n_steps:int=16, # quadrature points to start with
-                   refine_to:int|None=128, # double the steps while the row misses its tolerance, up to this many (None: never)
-                   rel_tol:float=0.05, # tolerance: |delta| <= rel_tol * max(|f(x) − f(x')|, floor)
-                   floor:float=1.0, # nats: below this gap the tolerance is rel_tol * floor
-                   tol:float|None=None, # an absolute tolerance instead (nats)
-                   internal_batch_size:int|None=None, # steps per pass (None: from `memory_budget`)
-                   memory_budget:float=1.5e9, # bytes of activations per pass (see `ig_chunk`)
+                   ig_options:IGOptions|Mapping|None=None, # its steps, refinement, tolerance and steps per pass (`IGOptions`)
                   )->dict:
     "IG of one row (averaged over its baselines), refined with doubled steps until it meets its completeness tolerance."
+    o = IGOptions.of(ig_options)
     row, K = fn.row, len(baselines)
     P = min(next((i for i, (u, v) in enumerate(zip(row.ids[:row.m], b)) if u != v), row.m) for b in baselines)
-    chunk = internal_batch_size or ig_chunk(fn.model, row.m - P + max(len(l) for l in row.labels), row.m, memory_budget)
-    t0, steps = time.perf_counter(), int(n_steps)
+    chunk = o.internal_batch_size or ig_chunk(fn.model, row.m - P + max(len(l) for l in row.labels), row.m, o.memory_budget)
+    t0, steps = time.perf_counter(), int(o.n_steps)
     while True:
         per = steps if K == 1 else max(2, steps // K)  # expected gradients: the steps are shared by the baselines
         rs = [integrated_gradients(fn, b, n_steps=per, internal_batch_size=min(per, chunk)) for b in baselines]
         a, fx, fb = np.mean([r["attributions"] for r in rs], 0), rs[0]["f_x"], float(np.mean([r["f_baseline"] for r in rs]))
         delta = rs[0]["delta"] if K == 1 else float(np.mean([r["delta"] for r in rs]))
-        limit = float(tol) if tol is not None else rel_tol * max(abs(fx - fb), floor)
-        if abs(delta) <= limit or not refine_to or 2 * steps > refine_to: break
+        limit = float(o.tol) if o.tol is not None else o.rel_tol * max(abs(fx - fb), o.floor)
+        if abs(delta) <= limit or not o.refine_to or 2 * steps > o.refine_to: break
         steps *= 2
     return {"attributions": a, "f_x": fx, "f_baseline": fb, "sum_attr": float(a.sum()), "delta": delta, "tol": limit,
             "converged": abs(delta) <= limit, "rel_err": abs(delta) / max(abs(fx - fb), floor), "n_steps": steps,
             "chunk": int(min(per, chunk)), "seconds": time.perf_counter() - t0}
 
-def _ig_record(lm, enc:PromptEncoder, text:str, *, baseline:str, baseline_scope:str, seed:int, n_samples:int, method:str,
-               settings:dict, **kw)->dict:
+def _ig_record(lm, # the loaded adapter
+               enc:PromptEncoder, # the prompt encoder (as `score_dataset`'s)
+               text:str, # the row's text
+               *, opts:IGOptions, # how the row is explained
+               seed:int, # seeds the random baselines
+              )->dict:
     "One row's IG record (what the store keeps)."
     mdl, tok = hf_parts(lm)
     row = enc.encode([text])[0]
-    fn = LabelMargin(mdl, row, method=method)
+    fn = LabelMargin(mdl, row, method=opts.method)
+    settings = opts.key_settings(seed)
     with getattr(lm, "_lock", contextlib.nullcontext()):
-        r = explain_margin(fn, baseline_inputs(fn, tok, baseline, baseline_scope, seed=seed, n_samples=n_samples), **kw)
+        bs = baseline_inputs(fn, tok, opts.baseline, opts.baseline_scope, seed=seed, n_samples=opts.n_samples)
+        r = explain_margin(fn, bs, opts)
     is_text = [row.text_span[0] <= i < row.text_span[1] for i in range(row.m)]
     return {"outcome": "explained", "prompt": row.prompt, "tokens": _token_pieces(row, tok),
             "token_ids": [int(i) for i in row.ids[:row.m]], "offsets": [list(o) for o in row.offsets[:row.m]],
@@ -283,10 +285,15 @@ def _ig_record(lm, enc:PromptEncoder, text:str, *, baseline:str, baseline_scope:
 
 def _ig_work(lm, # the loaded model (in this process, or in a Ray worker)
              blobs, # unused: an IG record is the item's own record
-             *, task, chat, max_text_tokens, ig_kw:tuple)->Callable:
+             *, task, # the task (see `get_task`)
+             chat:bool|None, # prompt setting (as `score_dataset`'s)
+             max_text_tokens:int|None, # prompt setting (as `score_dataset`'s)
+             opts:IGOptions, # how each row is explained
+             seed:int, # seeds the random baselines
+            )->Callable:
     "The per-row work function (`make_work` of the session): fn({'key', 'text'}) -> the row's IG record."
     lm, enc = _ig_parts(lm, task, chat, max_text_tokens)
-    def work(item): return _ig_record(lm, enc, item["text"], **dict(ig_kw))
+    def work(item): return _ig_record(lm, enc, item["text"], opts=opts, seed=seed)
     work.enc = enc
     return work
 
@@ -316,7 +323,8 @@ def baseline_gaps(data, # DataFrame with a text column, or a list of texts (e.g.
             fn = LabelMargin(mdl, row)
             fx = float(fn(fn.ids)[0])
             cands = [(b, b, FILLER) for b in baselines] + [(f"filler:{k}", "filler", t) for k, t in (fillers or {}).items()]
-            for name, b, ft in cands:  # one pass per baseline, right after it is built: vectors that are no token live on `fn.embed` until the next
+            # one pass per baseline, right after it is built: vectors that are no token live on `fn.embed` until the next
+            for name, b, ft in cands:
                 ids = baseline_inputs(fn, tok, b, seed=seed, n_samples=n_samples, filler=ft)
                 fb = float(fn(torch.tensor(ids, device=fn.dev)).mean())
                 out.append({"row": i, "baseline": name, "f_x": fx, "f_baseline": fb, "gap": abs(fx - fb)})
@@ -333,62 +341,45 @@ def choose_baseline(gaps:pd.DataFrame, # from `baseline_gaps`
     return str(t.baseline.iloc[0]), t.rename(columns={"share_gap_ge": f"share_gap_ge_{min_gap:g}"})
 
 # %% ../../nbs/22_toxicity.explain.ipynb #3f224f0c
+def _select(df:pd.DataFrame, # the rows
+            rows, # int: the first `rows`; a list: these index labels; None: all
+           )->pd.DataFrame:
+    "The rows to explain."
+    if rows is None: return df
+    if isinstance(rows, (int, np.integer)): return df.iloc[:int(rows)]
+    missing = [r for r in rows if r not in df.index]
+    if missing: raise ValueError(f"rows {missing[:5]} are not in the data's index (index values, not positions)")
+    return df.loc[list(rows)]
+
 def explain_rows(data, # DataFrame, list of texts, or parquet/CSV path (as in `score_dataset`)
                  model, # registry name, hub id, folder, .gguf, HFCausalLM adapter or (model, tokenizer)
                  task="toxicity", # as in `score_dataset`
                  *, rows=25, # int: the first `rows` rows; a list: these index labels; None: all rows
                  text_col:str="text", # text column
-                 n_steps:int=16, # IG quadrature points to start with
-                 internal_batch_size:int|None=None, # IG steps per forward pass (None: from `memory_budget`)
-                 memory_budget:float=1.5e9, # bytes of activations per forward + backward pass (see `ig_chunk`)
-                 baseline:str="filler", # one of `BASELINES` (see *Choosing a baseline by measurement* for the default)
-                 baseline_scope:str="text", # "text" (only the text tokens are replaced) or "all"
-                 rel_tol:float=0.05, # completeness tolerance per row: |delta| <= rel_tol * max(|f(x) − f(x')|, floor)
-                 floor:float=1.0, # nats (see `rel_tol`)
-                 tol:float|None=None, # an absolute tolerance instead of the relative one (nats)
-                 refine_to:int|None=128, # double `n_steps` for a row until it meets its tolerance or this many steps (None: never)
-                 n_samples:int=4, # baselines averaged over by `baseline="expected"`
-                 seed:int=0, # seeds the random baselines
                  chat:bool|None=None, # prompt setting: use the same as `score_dataset`
-                 max_text_tokens:int|None=None, # prompt setting: use the same as `score_dataset`
-                 method:str="cache", # see `label_logprobs`
+                 max_text_tokens:int|None=None, # prompt setting: use the same as `score_dataset`'s `score_options`
+                 ig_options:IGOptions|Mapping|None=None, # the baseline, the steps and their refinement, steps per pass (`IGOptions`)
+                 seed:int=0, # seeds the random baselines
                  run=None, # Run, ItemStore, folder or .sqlite path (None: temporary)
                  out=None, # parquet path, e.g. "outputs/zs_preds.ig.parquet"
                  heatmap_dir=None, # write one PNG per row here (the seed's `ig_heatmaps/rowN.png`)
-                 progress:bool|None=None, # progress bar
-                 execution:Execution|str|Mapping|None=None, # "local", "ray" (one IG row per item on Ray actors), a dict of `Execution` fields or an Execution
+                 execution:Execution|str|Mapping|None=None, # how the rows run: one at a time here, or one per item on Ray actors
                  **model_kw, # options for `resolve_model`
                 )->StageResult:
     "Integrated-gradients token attributions of the zero-shot label margin for selected rows; summary and model fingerprint."
-    if isinstance(data, (str, Path)):
-        p = Path(data)
-        data = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
-    df = pd.DataFrame({text_col: list(data)}) if not isinstance(data, pd.DataFrame) else data
-    if text_col not in df.columns: raise ValueError(f"column {text_col!r} not in the data; columns are {list(df.columns)}")
-    if rows is None: sel = df
-    elif isinstance(rows, (int, np.integer)): sel = df.iloc[:int(rows)]
-    else:
-        missing = [r for r in rows if r not in df.index]
-        if missing: raise ValueError(f"rows {missing[:5]} are not in the data's index (index values, not positions)")
-        sel = df.loc[list(rows)]
-    tsk = get_task(task)
-    if baseline not in BASELINES: raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
-    settings = {"n_steps": int(n_steps), "baseline": baseline, "baseline_scope": baseline_scope, "method": method,
-                "tol": None if tol is None else float(tol), "rel_tol": float(rel_tol), "floor": float(floor),
-                "refine_to": int(refine_to) if refine_to else None, "seed": int(seed),
-                "n_samples": int(n_samples) if baseline == "expected" else None}
-    ig_kw = dict(n_steps=int(n_steps), internal_batch_size=internal_batch_size, memory_budget=float(memory_budget),
-                 baseline=baseline, baseline_scope=baseline_scope, tol=tol, rel_tol=float(rel_tol), floor=float(floor),
-                 refine_to=refine_to, seed=int(seed), n_samples=int(n_samples), method=method, settings=settings)
+    sel = _select(read_rows(data, text_col), rows)
+    tsk, opts = get_task(task), IGOptions.of(ig_options)
+    settings = opts.key_settings(seed)
     texts = ["" if t is None or (isinstance(t, float) and math.isnan(t)) else str(t) for t in sel[text_col]]
-    make = functools.partial(_ig_work, task=tsk, chat=chat, max_text_tokens=max_text_tokens, ig_kw=tuple(ig_kw.items()))
+    make = functools.partial(_ig_work, task=tsk, chat=chat, max_text_tokens=max_text_tokens, opts=opts, seed=int(seed))
+    ex = Execution.of(execution).replace(max_workers=1)  # locally one row at a time: a row's passes already fill the cores
     with store_for(run, prefix="acrb-ig-") as (store, _), \
-         ModelSession(model_ref(model, **model_kw), make, store, execution, describe=_ig_info) as s:
+         ModelSession(model_ref(model, **model_kw), make, store, ex, describe=_ig_info) as s:
         fp = {**s.info, "ig": settings, "version": 1}  # on Ray, asked of a worker: the driver loads no model
         keys = [item_key("toxicity.ig", fp=sha256_hex(fp), text=sha256_hex(t)) for t in texts]
         by_key = dict(zip(keys, texts))
         items = [{"key": k, "text": by_key[k]} for k in dict.fromkeys(keys)]  # the key is the item's; the text rides along
-        res = s.run(items, key=lambda it: it["key"], max_workers=1, progress=progress, desc=f"IG {tsk.name}")
+        res = s.run(items, key=lambda it: it["key"], desc=f"IG {tsk.name}")
         got = {e["key"]: e["record"] for e in store.entries(status="done", keys=by_key)}
     failed = res.rows[res.rows["status"] == "failed"]
     if len(failed): raise RuntimeError(f"IG failed for {len(failed)} row(s): {failed['error'].iloc[0]}")
@@ -398,23 +389,24 @@ def explain_rows(data, # DataFrame, list of texts, or parquet/CSV path (as in `s
         r.pop("outcome", None)
         secs.append(r.pop("seconds", None))  # timings: summary, not rows
         out_rows.append({"idx": idx, **r, "flagged": not r["converged"]})
-    ig = pd.DataFrame(out_rows)
-    gap = (ig["score"] - ig["f_baseline"]).abs() if len(ig) else pd.Series(dtype=float)
-    summary = {"task": tsk.name, "labels": list(tsk.labels), "tol": tol, "rel_tol": rel_tol, "floor": floor,
-               "baseline": baseline, "placement": s.why, "frac_converged": float(ig["converged"].mean()) if len(ig) else np.nan,
-               "frac_gap_ge_0.5": float((gap >= 0.5).mean()) if len(ig) else np.nan,
-               "row_seconds": secs, "seconds_per_row": float(np.median(secs)) if len(ig) else np.nan,
+    ig_rows = pd.DataFrame(out_rows)
+    gap = (ig_rows["score"] - ig_rows["f_baseline"]).abs() if len(ig_rows) else pd.Series(dtype=float)
+    n = len(ig_rows)
+    summary = {"task": tsk.name, "labels": list(tsk.labels), "tol": opts.tol, "rel_tol": opts.rel_tol, "floor": opts.floor,
+               "baseline": opts.baseline, "placement": s.why, "frac_converged": float(ig_rows["converged"].mean()) if n else np.nan,
+               "frac_gap_ge_0.5": float((gap >= 0.5).mean()) if n else np.nan,
+               "row_seconds": secs, "seconds_per_row": float(np.median(secs)) if n else np.nan,
                **{k: v for k, v in res.summary.items() if k in ("items", "cached", "called", "done", "failed", "executor",
                                                                "actors", "worker_deaths", "resubmitted_items")}}
     if heatmap_dir is not None:
         hd = Path(heatmap_dir)
         hd.mkdir(parents=True, exist_ok=True)
-        ig["heatmap"] = [str(plot_attributions(r, path=hd / f"row{r['idx']}.png")) for _, r in ig.iterrows()]
+        ig_rows["heatmap"] = [str(plot_attributions(r, path=hd / f"row{r['idx']}.png")) for _, r in ig_rows.iterrows()]
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        ig.to_parquet(out, index=False)
-    return StageResult(ig, summary, fp)
+        ig_rows.to_parquet(out, index=False)
+    return StageResult(ig_rows, summary, fp)
 
 # %% ../../nbs/22_toxicity.explain.ipynb #c9178e8b
 def _text_part(r)->tuple:

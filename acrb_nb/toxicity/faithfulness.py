@@ -11,7 +11,12 @@ import pandas as pd
 from ..core import rng as _rng
 from ..runner import StageResult
 from ..stats import bootstrap
-from .zeroshot import EncodedPrompt, resolve_model, hf_parts, score_encoded, pad_token_id
+from fastcore.meta import delegates
+from ..execution import Execution
+from .prompts import EncodedPrompt
+from .zeroshot import resolve_model, hf_parts, score_encoded, pad_token_id
+from .options import IGOptions
+from .explain import explain_rows
 
 # %% auto #0
 __all__ = ['perturbation_curves', 'aopc_difference', 'lm_margins', 'deletion_curve', 'plot_deletion', 'compare_baselines']
@@ -139,6 +144,7 @@ def plot_deletion(curve:StageResult|pd.DataFrame, # output of `deletion_curve` (
     return axs[0] if len(axs) == 1 else axs
 
 # %% ../../nbs/22a_toxicity.faithfulness.ipynb #10481826
+@delegates(explain_rows, keep=True, but=["rows", "seed", "out", "heatmap_dir", "max_text_tokens"])
 def compare_baselines(data, # rows to explain (a DataFrame with a text column, as in `explain_rows`)
                       model, # as in `explain_rows`
                       baselines:Sequence[str]=("mean", "zero", "pad", "filler", "uniform", "blur", "expected"), # the candidates
@@ -146,13 +152,14 @@ def compare_baselines(data, # rows to explain (a DataFrame with a text column, a
                       n_random:int=3, # random orders per row in the deletion and insertion checks
                       n_boot:int=1000, # bootstrap resamples of the AOPC differences
                       seed:int=0, # seeds the random baselines, orders and resamples
-                      **ig_kw, # `explain_rows` options (task, chat, n_steps, refine_to, run, ...)
+                      **kwargs, # `explain_rows`' other options (`ig_options` for all baselines; the model's options)
                      )->pd.DataFrame:
     "One row per baseline: how much there is to attribute, convergence, cost, and deletion / insertion faithfulness."
-    from acrb_nb.toxicity.explain import explain_rows
+    opts = IGOptions.of(kwargs.pop("ig_options", None))
+    ex = Execution.of(kwargs.pop("execution", None), progress=False)
     out = []
     for b in baselines:
-        igr = explain_rows(data, model, rows=rows, baseline=b, seed=seed, progress=False, **ig_kw)
+        igr = explain_rows(data, model, rows=rows, ig=ig.replace(baseline=b), seed=seed, execution=ex, **kwargs)
         ig = igr.rows
         cur = deletion_curve(ig, model, n_random=n_random, seed=seed, modes=("deletion", "insertion"), n_boot=n_boot)
         gap = (ig["score"] - ig["f_baseline"]).abs()

@@ -10,87 +10,21 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 from fastcore.basics import patch
+from fastcore.meta import delegates
 from ..core import item_key, rng as _rng, sha256_hex
 from ..store import ItemStore, Run
-from ..runner import RetryPolicy, RateLimiter, StageResult, store_for
+from ..runner import StageResult, store_for
 from ..stats import binom_ci
 from ..adapters.base import TextLM
-from ..adapters.text import leading_special_ids, context_length
+from ..adapters.text import context_length
 from ..execution import Execution, AdapterRef, ModelSession
+from .options import ScoreOptions
+from .prompts import ZeroShotTask, TASKS, get_task, EncodedPrompt, PromptEncoder
 
 # %% auto #0
-__all__ = ['TASKS', 'CONTENT_FREE', 'ZeroShotTask', 'get_task', 'model_ref', 'resolve_model', 'hf_parts', 'EncodedPrompt',
-           'PromptEncoder', 'pad_token_id', 'collate', 'batches_by_length', 'prefix_kv', 'label_logprobs',
-           'score_encoded', 'model_fingerprint', 'expand_batch_rows', 'content_free_score', 'score_dataset']
-
-# %% ../../nbs/21_toxicity.zeroshot.ipynb #723bfdd7
-_INSTRUCTION = "Decide if the following text is {positive} or {negative}. Answer with a single word."
-
-@dataclasses.dataclass(frozen=True)
-class ZeroShotTask:
-    "A binary zero-shot task: the label pair and the prompt templates."
-    name: str # short name, e.g. "toxicity"
-    positive: str # the label that means pred = 1 (e.g. "toxic")
-    negative: str # the label that means pred = 0 (e.g. "non-toxic")
-    instruction: str = _INSTRUCTION # the question; `{positive}` and `{negative}` are filled in
-    plain_template: str = "{instruction}\nText: {text}\nLabel:" # whole prompt for models without a chat template
-    user_template: str = "{instruction}\n\nText: {text}" # user turn for chat models (the answer opens the assistant turn)
-    system: str|None = None # system message for chat models (None: no system message, i.e. the template's default)
-    examples: tuple = () # in-context examples ((text, 1 or 0), ...): asked and answered before the text
-
-    def __post_init__(self):
-        for f in ("positive", "negative"):
-            v = getattr(self, f)
-            if not isinstance(v, str) or not v.strip(): raise ValueError(f"ZeroShotTask.{f} must be a non-empty label, got {v!r}")
-        if self.positive.strip() == self.negative.strip():
-            raise ValueError(f"positive and negative labels must differ, both are {self.positive!r}")
-        for f in ("plain_template", "user_template"):
-            t = getattr(self, f)
-            if t.count("{text}") != 1:
-                raise ValueError(f"ZeroShotTask.{f} must contain '{{text}}' exactly once, got {t!r}")
-        try: ex = tuple((str(t), int(y)) for t, y in self.examples)
-        except (TypeError, ValueError): raise ValueError(f"ZeroShotTask.examples must be (text, 1 or 0) pairs, got {self.examples!r}")
-        if any(y not in (0, 1) for _, y in ex): raise ValueError(f"example labels must be 1 (positive) or 0, got {ex!r}")
-        object.__setattr__(self, "examples", ex)
-
-    @property
-    def labels(self)->tuple: return (self.positive, self.negative)
-    def _fill(self, template:str, text:str)->str:
-        ins = self.instruction.replace("{positive}", self.positive).replace("{negative}", self.negative)
-        return template.replace("{instruction}", ins).replace("{text}", text)
-    def plain_prompt(self, text:str)->str:
-        "The whole prompt for a model without a chat template (examples first, each followed by its label)."
-        sep = "" if self.plain_template[-1:].isspace() else " "
-        shots = "".join(self._fill(self.plain_template, t) + sep + self.labels[1 - y] + "\n\n" for t, y in self.examples)
-        return shots + self._fill(self.plain_template, text)
-    def messages(self, text:str)->list:
-        "The chat messages for a chat model (system message first when set; each example a user turn and its answer)."
-        sys_ = [{"role": "system", "content": self.system}] if self.system else []
-        shots = [m for t, y in self.examples for m in ({"role": "user", "content": self._fill(self.user_template, t)},
-                                                        {"role": "assistant", "content": self.labels[1 - y]})]
-        return [*sys_, *shots, {"role": "user", "content": self._fill(self.user_template, text)}]
-    def to_dict(self)->dict:
-        "The task as plain data (no `examples` entry when there are none, so zero-shot run keys are unchanged)."
-        d = dataclasses.asdict(self)
-        if self.examples: d["examples"] = [list(e) for e in self.examples]
-        else: d.pop("examples")
-        return d
-
-TASKS = {"toxicity": ZeroShotTask("toxicity", "toxic", "non-toxic"),
-         "hate": ZeroShotTask("hate", "hateful", "not hateful"),
-         "offense": ZeroShotTask("offense", "offensive", "not offensive")}
-
-def get_task(task, # a name in `TASKS`, a `ZeroShotTask`, a (positive, negative) pair or a dict of `ZeroShotTask` fields
-            )->ZeroShotTask:
-    "Resolve a task argument to a `ZeroShotTask`."
-    if isinstance(task, ZeroShotTask): return task
-    if isinstance(task, str):
-        if task not in TASKS: raise KeyError(f"unknown task {task!r}; built-in tasks are {sorted(TASKS)}, or pass "
-                                             f"(positive, negative) labels or a ZeroShotTask")
-        return TASKS[task]
-    if isinstance(task, Mapping): return ZeroShotTask(**{"name": "custom", **task})
-    if isinstance(task, (tuple, list)) and len(task) == 2: return ZeroShotTask("custom", str(task[0]), str(task[1]))
-    raise TypeError(f"task must be a name, a ZeroShotTask, a (positive, negative) pair or a dict, got {task!r}")
+__all__ = ['CONTENT_FREE', 'model_ref', 'resolve_model', 'hf_parts', 'pad_token_id', 'collate', 'batches_by_length', 'prefix_kv',
+           'label_logprobs', 'score_encoded', 'model_fingerprint', 'expand_batch_rows', 'read_rows', 'score_dataset',
+           'content_free_score']
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #1849fc03
 def model_ref(model, # registry name, hub id, local folder, path to a .gguf file, TextLM adapter, or (model, tokenizer)
@@ -116,133 +50,6 @@ def hf_parts(lm, # a TextLM adapter
     "(model, tokenizer) of a transformers-backed adapter, else None."
     m, tok = getattr(lm, "model", None), getattr(lm, "tokenizer", None)
     return (m, tok) if m is not None and tok is not None and hasattr(m, "forward") else None
-
-# %% ../../nbs/21_toxicity.zeroshot.ipynb #4d9cff6c
-_SLOT = "<<ACRB-TEXT-SLOT-7f3a>>"
-
-@dataclasses.dataclass
-class EncodedPrompt:
-    "One row's prompt and label continuations as token ids."
-    text: str # the text after truncation
-    prompt: str # the rendered prompt
-    ids: list # prompt token ids (leading special tokens included)
-    offsets: list # (start, end) characters of each prompt token in `prompt` ((0, 0) for added special tokens)
-    text_span: tuple # [start, end) token indices of the text inside `ids`
-    m: int # length of the shared prefix fed once (== len(ids) unless a label merges with the prompt's end)
-    labels: list # per label: token ids after the shared prefix
-    skip: list # per label: leading label tokens fed but not scored (prompt characters merged into them)
-    n_text_tokens: int # tokens of the whole text (before truncation)
-    n_text_tokens_kept: int # tokens of the text kept
-    truncated: bool # whether the text was cut
-
-class PromptEncoder:
-    "Render, truncate by tokens and tokenize prompts and their label continuations for one model and task."
-    def __init__(self, tokenizer, # the model's tokenizer (a fast tokenizer gives exact truncation offsets)
-                 task, # a task (see `get_task`)
-                 *, chat:bool|None=None, # use the chat template (None: when the tokenizer has one)
-                 context:int|None=None, # the model's context in tokens (None: unlimited)
-                 max_text_tokens:int|None=None, # also cap the text at this many tokens
-                 label_prefix:str|None=None, # put before each label (None: " " after a plain prompt not ending in space, else "")
-                ):
-        self.tok, self.task = tokenizer, get_task(task)
-        has_tmpl = bool(getattr(tokenizer, "chat_template", None))
-        self.chat = has_tmpl if chat is None else bool(chat)
-        if self.chat and not has_tmpl:
-            raise ValueError("chat=True but this tokenizer has no chat template; use chat=None (auto) or chat=False")
-        rendered = self._render_raw(_SLOT)
-        if rendered.count(_SLOT) != 1:
-            raise ValueError("the chat template does not copy the message text verbatim; use chat=False (plain prompt)")
-        self.head, self.tail = rendered.split(_SLOT)
-        self.lead = [] if self.chat else leading_special_ids(tokenizer)
-        if label_prefix is None: label_prefix = "" if (self.chat or not self.tail or self.tail[-1].isspace()) else " "
-        self.label_prefix = label_prefix
-        self.label_texts = [label_prefix + l for l in self.task.labels]
-        self.context, self.max_text_tokens = context, max_text_tokens
-        self._max_label = max(len(tokenizer(l, add_special_tokens=False)["input_ids"]) for l in self.label_texts) + 2
-        self._fixed = len(self.lead) + len(tokenizer(self.head + self.tail, add_special_tokens=False)["input_ids"])
-        if context is not None and self._fixed + self._max_label + 1 > context:
-            raise ValueError(f"the prompt template alone is {self._fixed} tokens (+ up to {self._max_label} label tokens), "
-                             f"more than the model's context of {context}; shorten the instruction or the template")
-
-    def _render_raw(self, text:str)->str:
-        if not self.chat: return self.task.plain_prompt(text)
-        return self.tok.apply_chat_template(self.task.messages(text), tokenize=False, add_generation_prompt=True)
-
-    def render(self, text:str)->str:
-        "The prompt the model sees for `text` (no truncation)."
-        return self.head + str(text) + self.tail
-
-    def describe(self)->dict:
-        "Settings that determine the token ids (for run keys and manifests)."
-        return {"task": self.task.to_dict(), "chat": self.chat, "label_texts": self.label_texts, "context": self.context,
-                "max_text_tokens": self.max_text_tokens, "head_sha256": sha256_hex(self.head)[:16],
-                "tail_sha256": sha256_hex(self.tail)[:16]}
-
-    def _budget(self)->int:
-        b = (self.context - self._fixed - self._max_label) if self.context is not None else 10**9
-        return min(b, self.max_text_tokens) if self.max_text_tokens is not None else b
-
-    def _cut(self, texts:list, budgets:list)->tuple:
-        "Texts cut to at most `budget` tokens each (alone), with (n_tokens, n_kept, truncated)."
-        fast = getattr(self.tok, "is_fast", False)
-        enc = self.tok(texts, add_special_tokens=False, return_offsets_mapping=fast)
-        out, info = [], []
-        for i, (t, b) in enumerate(zip(texts, budgets)):
-            ids = enc["input_ids"][i]
-            if len(ids) <= b:
-                out.append(t)
-                info.append((len(ids), len(ids), False))
-                continue
-            b = max(b, 0)
-            cut = t[:enc["offset_mapping"][i][b][0]] if fast else self.tok.decode(ids[:b])
-            out.append(cut)
-            info.append((len(ids), b, True))
-        return out, info
-
-# %% ../../nbs/21_toxicity.zeroshot.ipynb #9cd7134f
-@patch
-def encode(self:PromptEncoder, texts:Sequence[str], # texts to classify
-          )->list:
-    "One `EncodedPrompt` per text."
-    texts = ["" if t is None else str(t) for t in texts]
-    if not texts: return []
-    budgets = [self._budget()] * len(texts)
-    kept, info = self._cut(texts, budgets)
-    for _ in range(8):  # re-check on the whole prompt (joint tokenization can differ at the edges)
-        prompts = [self.render(k) for k in kept]
-        enc = self.tok(prompts, add_special_tokens=False, return_offsets_mapping=getattr(self.tok, "is_fast", False))
-        over = [i for i, ids in enumerate(enc["input_ids"]) if self.context is not None and
-                len(self.lead) + len(ids) + self._max_label > self.context]
-        if not over: break
-        for i in over: budgets[i] = info[i][1] - (len(self.lead) + len(enc["input_ids"][i]) + self._max_label - self.context)
-        sub, sub_info = self._cut([texts[i] for i in over], [budgets[i] for i in over])
-        for i, k, inf in zip(over, sub, sub_info): kept[i], info[i] = k, inf
-    else: raise RuntimeError("could not fit the prompt into the context after 8 truncation rounds; report this text")
-    joint = self.tok([p + l for p in prompts for l in self.label_texts], add_special_tokens=False)["input_ids"]
-    K, out = len(self.label_texts), []
-    for i, p in enumerate(prompts):
-        ids = self.lead + list(enc["input_ids"][i])
-        offs = [(0, 0)] * len(self.lead) + ([tuple(o) for o in enc["offset_mapping"][i]] if "offset_mapping" in enc
-                                           else [(0, 0)] * len(enc["input_ids"][i]))
-        js = [self.lead + list(joint[i * K + j]) for j in range(K)]
-        ns = []
-        for j, jt in enumerate(js):
-            n = 0
-            while n < min(len(ids), len(jt)) and ids[n] == jt[n]: n += 1
-            if n == len(jt): raise ValueError(f"label {self.label_texts[j]!r} adds no tokens after the prompt")
-            ns.append(n)
-        m = min(ns)
-        if m == 0: raise ValueError("the prompt is empty after tokenization; give a non-empty template")
-        a, b = len(self.head), len(self.head) + len(kept[i])
-        if "offset_mapping" in enc:
-            inside = [k for k, (s, e) in enumerate(offs) if e > a and s < b and e > s]
-            span = (inside[0], inside[-1] + 1) if inside else (len(ids), len(ids))
-        else:
-            h = len(self.lead) + len(self.tok(self.head, add_special_tokens=False)["input_ids"])
-            span = (h, len(ids) - len(self.tok(self.tail, add_special_tokens=False)["input_ids"]))
-        out.append(EncodedPrompt(kept[i], p, ids, offs, span, m, [jt[m:] for jt in js], [n - m for n in ns],
-                                 info[i][0], info[i][1], info[i][2]))
-    return out
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #bd29c45f
 def pad_token_id(tok, # a tokenizer
@@ -425,29 +232,32 @@ def model_fingerprint(lm:TextLM, # a loaded adapter
 class _HFBackend:
     "Scores texts with a transformers model through `PromptEncoder` + `score_encoded`."
     per_row = False
-    def __init__(self, lm, task, chat, max_text_tokens, method, share_prefix=True):
-        self.lm, (self.model, self.tok), self.share = lm, hf_parts(lm), share_prefix
-        self.enc = PromptEncoder(self.tok, task, chat=chat, context=context_length(self.model), max_text_tokens=max_text_tokens)
-        self.method, self.pad = method, pad_token_id(self.tok)
-    def describe(self): return {"backend": "hf", "method": self.method, **self.enc.describe()}
+    def __init__(self, lm, task, chat, opts:ScoreOptions):
+        self.lm, (self.model, self.tok), self.opts = lm, hf_parts(lm), opts
+        self.enc = PromptEncoder(self.tok, task, chat=chat, context=context_length(self.model),
+                                 max_text_tokens=opts.max_text_tokens)
+        self.pad = pad_token_id(self.tok)
+    def describe(self): return {"backend": "hf", "method": self.opts.method, **self.enc.describe()}
     def fingerprint(self): return model_fingerprint(self.lm)
     def lengths(self, texts): return [len(e.ids) for e in self.enc.encode(texts)]
     def score(self, texts:list)->list:
         rows = self.enc.encode(texts)
         with getattr(self.lm, "_lock", contextlib.nullcontext()):
-            lp = score_encoded(self.model, rows, pad_id=self.pad, batch_size=len(rows), method=self.method,
-                               share_prefix=self.share)
+            lp = score_encoded(self.model, rows, pad_id=self.pad, batch_size=len(rows), method=self.opts.method,
+                               share_prefix=self.opts.share_prefix)
         return [{"lp_pos": float(a), "lp_neg": float(b), "score": float(a - b), "truncated": r.truncated,
                  "n_text_tokens": r.n_text_tokens, "n_text_tokens_kept": r.n_text_tokens_kept, "n_prompt_tokens": len(r.ids),
                  "n_label_tokens_pos": len(r.labels[0]) - r.skip[0], "n_label_tokens_neg": len(r.labels[1]) - r.skip[1],
                  "label_missing": False, "refusal": None} for r, (a, b) in zip(rows, lp)]
 
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #737aa5f6
 class _AdapterBackend:
     "Scores texts with any `TextLM.score` (API models: first-token top-k log-probabilities)."
     per_row = True # one request per row: each row is stored as soon as it is scored
-    def __init__(self, lm, task, max_text_tokens, limiter=None):
-        self.lm, self.task, self.limiter = lm, get_task(task), limiter  # the limiter shapes requests, never the keys
-        self.max_chars = None if max_text_tokens is None else 4 * int(max_text_tokens)
+    def __init__(self, lm, task, opts:ScoreOptions, execution:Execution|None=None):
+        self.lm, self.task = lm, get_task(task)
+        self.limiter = Execution.of(execution).limiter  # the limiter shapes requests, never the keys
+        self.max_chars = None if opts.max_text_tokens is None else 4 * int(opts.max_text_tokens)
         acc = set(inspect.signature(lm.score).parameters)
         self.kw = {k: v for k, v in {"return_details": True, "match": "prefix", "case_sensitive": False}.items() if k in acc}
     def describe(self): return {"backend": "adapter", "task": self.task.to_dict(), "max_chars": self.max_chars, **self.kw}
@@ -478,12 +288,18 @@ class _AdapterBackend:
         return {"score_method": meth, "label_mass": float(np.exp(s[0]) + np.exp(s[1])) if np.isfinite(s).all() else None,
                 "labels_whole_token": bool(all(whole)) if top else None}
 
-def _backend(lm, task, chat, max_text_tokens, method, share_prefix=True, limiter=None):
+def _backend(lm, # the loaded TextLM
+             task, # the task (see `get_task`)
+             chat:bool|None, # use the chat template (local models)
+             opts:ScoreOptions, # truncation, method, prefix sharing
+             execution:Execution|None=None, # the run's: its `limiter` paces an API model's rows (one request each)
+            ):
+    "The scorer for a loaded model: `_HFBackend` for a local transformers model, else `_AdapterBackend`."
     if hf_parts(lm) is not None:
-        if limiter is not None:
-            raise ValueError("limiter= paces API requests; a local transformers model has no provider rate limit (drop it)")
-        return _HFBackend(lm, task, chat, max_text_tokens, method, share_prefix)
-    return _AdapterBackend(lm, task, max_text_tokens, limiter)
+        if Execution.of(execution).limiter is not None:
+            raise ValueError("execution.limiter paces API requests; a local transformers model has no provider rate limit (drop it)")
+        return _HFBackend(lm, task, chat, opts)
+    return _AdapterBackend(lm, task, opts, execution)
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #a0851e34
 _API_FIELDS = ("score_method", "label_mass", "labels_whole_token", "n_samples", "count_pos", "count_neg", "prob_lo", "prob_hi")
@@ -504,9 +320,13 @@ def _batch_record(recs:list)->dict:
 
 def _zs_work(lm, # the loaded TextLM (in this process, or in a Ray worker)
              blobs, # where row records go: the ItemStore locally, a BlobSink in a Ray worker
-             *, task, chat, max_text_tokens, method, share_prefix, limiter=None)->Callable:
+             *, task, # the task (see `get_task`)
+             chat:bool|None, # use the chat template
+             opts:ScoreOptions, # truncation, method, prefix sharing (the batches are made by the driver)
+             execution:Execution|None=None, # the run's: its `limiter` paces an API model's rows (none on Ray)
+            )->Callable:
     "The per-batch work function (`make_work` of the session): scores the rows not written yet, writes each row's record."
-    backend = _backend(lm, task, chat, max_text_tokens, method, share_prefix, limiter)
+    backend = _backend(lm, task, chat, opts, execution)
     def work(item):
         st = blobs.status_of(item["keys"])
         todo = [(k, t) for k, t in zip(item["keys"], item["texts"]) if st.get(k) != "done"]  # a retried batch skips rows written
@@ -522,7 +342,9 @@ def _zs_work(lm, # the loaded TextLM (in this process, or in a Ray worker)
 
 def _zs_info(work)->dict: return {"model": work.fn.backend.fingerprint(), "scorer": work.fn.backend.describe()}
 def _zs_lengths(texts:list, work)->list: return work.fn.backend.lengths(texts)
-def _zs_threads(work)->int: return 1 if isinstance(work.fn.backend, _HFBackend) else 4  # local default of max_workers
+def _zs_threads(work)->int|None:
+    "Local threads when the execution sets none: one for a local model (a batch fills the cores); API models: their budget's."
+    return 1 if isinstance(work.fn.backend, _HFBackend) else None
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #ab9be1e7
 _PENDING = "toxicity.zeroshot.ray_batches" # store meta of earlier versions: Ray batch records whose rows may not be written yet
@@ -545,11 +367,26 @@ def expand_batch_rows(store:ItemStore, # the driver's store
     if batch_keys is None and pending: store.set_meta(_PENDING, "[]")  # after the rows: a crash here only repeats this
     return n
 
-def _passes(run:Callable, retry_failed:bool)->StageResult:
-    "`run(retry_failed)` once, and again for the batches an earlier run stored as failed when `retry_failed`."
-    res = run(False)
-    if retry_failed and (res.rows["status"] == "failed").any():  # batches stored as failed by an earlier run
-        again = run(True)
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #6cca6a00
+def _session_run(session:ModelSession, # the model's session
+                 items:list, # the batches
+                 ex:Execution, # this call's threads, retries and progress (the model stays where the session put it)
+                 desc:str, # progress bar label
+                )->StageResult:
+    "`session.run` of the batches under `ex`: the session reads its run options from `session.execution`."
+    saved, session.execution = session.execution, ex
+    try: return session.run(items, key=_batch_key, desc=desc)
+    finally: session.execution = saved
+
+def _batch_passes(session:ModelSession, # the model's session
+                  items:list, # the batches
+                  ex:Execution, # how they run; `retry_failed` adds the second pass
+                  desc:str, # progress bar label
+                 )->StageResult:
+    "The batches once, and again for the batches an earlier run stored as failed when `ex.retry_failed`."
+    res = _session_run(session, items, ex.replace(retry_failed=False), desc)
+    if ex.retry_failed and (res.rows["status"] == "failed").any():  # batches stored as failed by an earlier run
+        again = _session_run(session, items, ex, desc)
         s = {k: v + again.summary.get(k, 0) for k, v in res.summary.items()
              if isinstance(v, int) and k in ("worker_deaths", "actor_restarts", "resubmitted_items", "worker_lost")}
         rows = res.rows.set_index("key")
@@ -557,9 +394,14 @@ def _passes(run:Callable, retry_failed:bool)->StageResult:
         res = StageResult(rows.reset_index(), s, res.model_info)
     return res
 
-def _score_texts(session:ModelSession, texts:list, store:ItemStore, keys:list, *, batch_size:int,
-                 max_batch_tokens:int|None, max_workers:int|None, progress, desc:str, retry_failed:bool=False,
-                 retry:RetryPolicy=RetryPolicy())->tuple:
+def _score_texts(session:ModelSession, # the model's session: its `execution` says how the batches run
+                 texts:list, # one text per key
+                 store:ItemStore, # the driver's store
+                 keys:list, # the rows' keys
+                 *, opts:ScoreOptions, # `batch_size` and `max_batch_tokens` make the batches
+                 desc:str, # progress bar label
+                 execution:Execution|None=None, # how this call's batches run (None: the session's `execution`)
+                )->tuple:
     "Score the texts whose keys are not done, in length-sorted batches through `session`; returns (records, run summary)."
     uniq = list(dict.fromkeys(keys))
     first = {k: i for i, k in reversed(list(enumerate(keys)))}
@@ -570,10 +412,10 @@ def _score_texts(session:ModelSession, texts:list, store:ItemStore, keys:list, *
     if todo:
         lens = session.ask(functools.partial(_zs_lengths, [texts[first[k]] for k in todo]))
         items = [{"keys": [todo[i] for i in b], "texts": [texts[first[todo[i]]] for i in b]}
-                 for b in batches_by_length(lens, batch_size, max_batch_tokens)]
-        mw = max_workers or (session.ask(_zs_threads) if session.where == "local" else None)
-        res = _passes(lambda rf: session.run(items, key=_batch_key, max_workers=mw, retry=retry, retry_failed=rf,
-                                             progress=progress, desc=desc), retry_failed)
+                 for b in batches_by_length(lens, opts.batch_size, opts.max_batch_tokens)]
+        ex = session.execution if execution is None else execution
+        if ex.max_workers is None and session.where == "local": ex = ex.replace(max_workers=session.ask(_zs_threads))
+        res = _batch_passes(session, items, ex, desc)
         failed = res.rows["status"] == "failed"
         summary.update(batches=len(items), failed_batches=int(failed.sum()),
                        errors=res.rows.loc[failed, "error"].dropna().unique().tolist()[:3],
@@ -593,81 +435,48 @@ def _pred(score:pd.Series)->pd.Series:
 
 CONTENT_FREE = ("N/A", "", "[MASK]")
 
-def content_free_score(model, # as in `score_dataset`
-                       task="toxicity", # as in `score_dataset`
-                       inputs:Sequence[str]=CONTENT_FREE, # content-free texts
-                       **kw, # `score_dataset` options (chat, max_text_tokens, run, ...)
-                      )->float:
-    "Log-odds of the positive label for content-free inputs (mean probability over `inputs`), for contextual calibration."
-    res = score_dataset(list(inputs), model, task, contextual=False, progress=False, **kw)
-    return _mean_logodds(res.rows["prob"].to_numpy())
-
 def _mean_logodds(prob)->float:
     p = float(np.nanmean(np.asarray(prob, float)))
     return float(np.log(p) - np.log1p(-p)) if 0 < p < 1 else float(np.sign(p - 0.5) * np.inf)
 
-def _content_free(session:ModelSession, fph:str, store:ItemStore, inputs:Sequence[str]=CONTENT_FREE)->float:
-    "`content_free_score` with the model session (and the Ray workers) of the current call: same keys, no second model load."
+def _content_free(session:ModelSession, # the current call's session (and Ray workers): same keys, no second model load
+                  fph:str, # the fingerprint hash the row keys are made from
+                  store:ItemStore, # the driver's store
+                  inputs:Sequence[str]=CONTENT_FREE, # content-free texts
+                 )->float:
+    "`content_free_score` with the model session of the current call (batches of 16, no progress bar, no retry pass)."
     texts = list(inputs)
-    recs, s = _score_texts(session, texts, store, [_row_key(fph, t) for t in texts], batch_size=16, max_batch_tokens=None,
-                           max_workers=None, progress=False, desc="content-free")
+    ex = session.execution.replace(progress=False, retry_failed=False)
+    recs, s = _score_texts(session, texts, store, [_row_key(fph, t) for t in texts], opts=ScoreOptions(), desc="content-free",
+                           execution=ex)
     if s.get("failed_batches"): warnings.warn(f"content-free scoring failed ({s['errors']}); score_cc may be NaN")
     return _mean_logodds(_sigmoid(pd.to_numeric(pd.Series([(r or {}).get("score") for r in recs]), errors="coerce")))
 
-# %% ../../nbs/21_toxicity.zeroshot.ipynb #27671a03
-def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
-                  model, # registry name, hub id, folder, .gguf path, TextLM adapter or (model, tokenizer)
-                  task="toxicity", # task name, ZeroShotTask, (positive, negative) pair or dict
-                  *, text_col:str="text", # column holding the text
-                  label_col:str|None=None, # gold label column (copied; used by calibration reports)
-                  id_cols:Sequence[str]|None=None, # identity columns to copy (None: copy every column but the text)
-                  max_rows:int|None=None, # score the first `max_rows` rows only
-                  batch_size:int=16, # rows per forward pass (API models: rows per work item)
-                  max_batch_tokens:int|None=None, # cap on padded prompt tokens per batch (memory)
-                  max_text_tokens:int|None=None, # cap on text tokens (the model's context always applies)
-                  chat:bool|None=None, # use the chat template (None: when the model has one)
-                  method:str="cache", # "cache" (fast) or "full" (see `label_logprobs`)
-                  share_prefix:bool=True, # run the common template prefix once per batch (see `score_encoded`)
-                  contextual:bool=True, # add `score_cc`/`pred_cc` (contextual calibration with `CONTENT_FREE`)
-                  run=None, # Run, ItemStore, folder or .sqlite path for resumable runs (None: a temporary store)
-                  out=None, # write the table to this parquet file (e.g. "outputs/zs_preds.parquet")
-                  max_workers:int|None=None, # concurrent work items (default: 1 for local models, 4 for API models)
-                  progress:bool|None=None, # progress bar (None: on unless ACRB_PROGRESS=0)
-                  retry_failed:bool=False, # also retry batches that failed in an earlier run with the same `run`
-                  execution:Execution|str|Mapping|None=None, # "local" (threads), "ray", a dict of `Execution` fields or an Execution
-                  retry:RetryPolicy=RetryPolicy(), # transient-error policy (429 / 5xx / timeouts; `Retry-After` is honoured)
-                  limiter:RateLimiter|None=None, # API models: the provider's budget, e.g. `RateLimiter(rpm=500, tpm=200_000)`
-                  **model_kw, # options for `resolve_model` (device, dtype, revision, ...)
-                 )->StageResult:
-    """Zero-shot label scores for every row (the seed's `zs_preds` columns plus probability, calibration and
-    truncation), the run's summary, the model fingerprint."""
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #5a196cf9
+def read_rows(data, # DataFrame, parquet/CSV path, or a list of texts
+              text_col:str="text", # the column holding the text
+             )->pd.DataFrame:
+    "The rows to score or explain, as a DataFrame with a `text_col` column (a list of texts becomes one)."
     if isinstance(data, (str, Path)):
         p = Path(data)
         data = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
     df = pd.DataFrame({text_col: list(data)}) if not isinstance(data, pd.DataFrame) else data
     if text_col not in df.columns:
         raise ValueError(f"column {text_col!r} not in the data; columns are {list(df.columns)} (set text_col=...)")
-    if max_rows is not None: df = df.iloc[:int(max_rows)]
-    for c in [label_col] * (label_col is not None) + list(id_cols or []):
-        if c not in df.columns: raise ValueError(f"column {c!r} not in the data; columns are {list(df.columns)}")
-    tsk, lm = get_task(task), model_ref(model, **model_kw)
-    texts = ["" if (isinstance(t, float) and math.isnan(t)) or t is None else str(t) for t in df[text_col].tolist()]
-    make = functools.partial(_zs_work, task=tsk, chat=chat, max_text_tokens=max_text_tokens, method=method,
-                             share_prefix=share_prefix, limiter=limiter)
-    with store_for(run, prefix="acrb-zs-") as (store, run_obj), ModelSession(lm, make, store, execution, describe=_zs_info) as s:
-        if limiter is not None and s.where == "ray":
-            raise ValueError("limiter= paces API requests; a model on Ray workers is a local model with no provider rate limit (drop it)")
-        fp = {"model": s.info["model"], "scorer": s.info["scorer"], "version": 1}  # the workers load the model, not the driver
-        fph = sha256_hex(fp)
-        keys = [_row_key(fph, t) for t in texts]
-        if run_obj is not None: run_obj.add_model("zero_shot", fp["model"])
-        recs, summary = _score_texts(s, texts, store, keys, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
-                                     max_workers=max_workers, progress=progress, desc=f"zero-shot {tsk.name}",
-                                     retry_failed=retry_failed, retry=retry)
-        cf = _content_free(s, fph, store) if contextual else None
-    summary.update(executor=s.where, placement=s.why)
-    rows = [{f: (r or {}).get(f) for f in _ROW_FIELDS} for r in recs]
-    res = pd.DataFrame(rows, columns=list(_ROW_FIELDS))
+    return df
+
+def _texts(col:pd.Series)->list:
+    "The texts as strings (None and NaN: the empty text)."
+    return ["" if t is None or (isinstance(t, float) and math.isnan(t)) else str(t) for t in col]
+
+def _zs_table(df:pd.DataFrame, # the scored rows (their index becomes `idx`)
+              recs:list, # each row's stored record (None where it has none)
+              keys:list, # each row's item key
+              *, cf:float|None, # the content-free log-odds (None: no calibrated columns)
+              copy:Sequence[str], # input columns copied to the table
+             )->pd.DataFrame:
+    "The output table: scores and predictions from the records, `scored`, `key`, the API fields, calibration, copied columns."
+    res = pd.DataFrame([{f: (r or {}).get(f) for f in _ROW_FIELDS} for r in recs], columns=list(_ROW_FIELDS))
     for c in ("lp_pos", "lp_neg", "score"): res[c] = pd.to_numeric(res[c], errors="coerce").astype(float)
     res.insert(0, "idx", df.index.to_numpy())
     res.insert(1, "pred", _pred(res["score"]))
@@ -680,17 +489,70 @@ def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
     if cf is not None:
         res["score_cc"] = res["score"] - cf
         res["pred_cc"] = _pred(res["score_cc"])
-    copy = [label_col] * (label_col is not None) + list(id_cols) if id_cols is not None else \
-        [c for c in df.columns if c != text_col]
     for c in dict.fromkeys(copy):
         if c not in res.columns: res[c] = df[c].to_numpy()
+    return res
+
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #27671a03
+def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
+                  model, # registry name, hub id, folder, .gguf path, TextLM adapter or (model, tokenizer)
+                  task="toxicity", # task name, ZeroShotTask, (positive, negative) pair or dict
+                  *, text_col:str="text", # column holding the text
+                  label_col:str|None=None, # gold label column (copied; used by calibration reports)
+                  id_cols:Sequence[str]|None=None, # identity columns to copy (None: copy every column but the text)
+                  max_rows:int|None=None, # score the first `max_rows` rows only
+                  chat:bool|None=None, # use the chat template (None: when the model has one)
+                  score_options:ScoreOptions|Mapping|None=None, # batching, truncation, method, contextual calibration (`ScoreOptions`)
+                  run=None, # Run, ItemStore, folder or .sqlite path for resumable runs (None: a temporary store)
+                  out=None, # write the table to this parquet file (e.g. "outputs/zs_preds.parquet")
+                  execution:Execution|str|Mapping|None=None, # how the batches run: threads or Ray actors; `limiter` paces API rows
+                  **model_kw, # options for `resolve_model` (device, dtype, revision, ...)
+                 )->StageResult:
+    """Zero-shot label scores for every row (the seed's `zs_preds` columns plus probability, calibration and
+    truncation), the run's summary, the model fingerprint."""
+    df = read_rows(data, text_col)
+    if max_rows is not None: df = df.iloc[:int(max_rows)]
+    for c in [label_col] * (label_col is not None) + list(id_cols or []):
+        if c not in df.columns: raise ValueError(f"column {c!r} not in the data; columns are {list(df.columns)}")
+    tsk, lm, opts, ex = get_task(task), model_ref(model, **model_kw), ScoreOptions.of(score_options), Execution.of(execution)
+    texts = _texts(df[text_col])
+    # an API model's rows are paced one request each by the work function; the session gets no second limiter
+    make = functools.partial(_zs_work, task=tsk, chat=chat, opts=opts, execution=ex)
+    with store_for(run, prefix="acrb-zs-") as (store, run_obj), \
+         ModelSession(lm, make, store, ex.replace(limiter=None), describe=_zs_info) as s:
+        if ex.limiter is not None and s.where == "ray":
+            raise ValueError("execution.limiter paces API requests; a model on Ray workers is a local model with no provider "
+                             "rate limit (drop it)")
+        fp = {"model": s.info["model"], "scorer": s.info["scorer"], "version": 1}  # the workers load the model, not the driver
+        fph = sha256_hex(fp)
+        keys = [_row_key(fph, t) for t in texts]
+        if run_obj is not None: run_obj.add_model("zero_shot", fp["model"])
+        recs, summary = _score_texts(s, texts, store, keys, opts=opts, desc=f"zero-shot {tsk.name}")
+        cf = _content_free(s, fph, store) if opts.contextual else None
+    summary.update(executor=s.where, placement=s.why)
+    copy = [label_col] * (label_col is not None) + list(id_cols) if id_cols is not None else \
+        [c for c in df.columns if c != text_col]
+    res = _zs_table(df, recs, keys, cf=cf, copy=copy)
     summary.update(task=tsk.name, labels=list(tsk.labels), label_texts=fp["scorer"].get("label_texts", list(tsk.labels)),
                    content_free_score=cf)
     if summary.get("failed_batches"):
         warnings.warn(f"{summary['failed_batches']} batch(es) failed ({summary['errors']}); their rows have NaN scores "
-                      f"and scored=False. Re-run with the same `run` and retry_failed=True to retry only them.")
+                      f"and scored=False. Re-run with the same `run` and execution={{'retry_failed': True}} to retry only them.")
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         res.to_parquet(out, index=False)
     return StageResult(res, summary, fp)
+
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #11e46f4b
+@delegates(score_dataset, keep=True, but=["data", "task", "text_col", "label_col", "id_cols", "max_rows", "out"])
+def content_free_score(model, # as in `score_dataset`
+                       task="toxicity", # as in `score_dataset`
+                       inputs:Sequence[str]=CONTENT_FREE, # content-free texts
+                       **kwargs, # `score_dataset`'s other options (and the model's)
+                      )->float:
+    "Log-odds of the positive label for content-free inputs (mean probability over `inputs`), for contextual calibration."
+    score_options = ScoreOptions.of(kwargs.pop("score_options", None), contextual=False)
+    execution = Execution.of(kwargs.pop("execution", None), progress=False)
+    res = score_dataset(list(inputs), model, task, score_options=score_options, execution=execution, **kwargs)
+    return _mean_logodds(res.rows["prob"].to_numpy())
