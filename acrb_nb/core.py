@@ -15,7 +15,7 @@ __all__ = ['REDACTED', 'KEY_PATTERNS', 'KEY_PACKAGES', 'freeze', 'thaw', 'canoni
            'item_key', 'secret_values', 'is_credential_name', 'check_no_secrets', 'redact', 'rng', 'seed_int',
            'safe_name', 'as_list', 'RunSpec', 'git_info', 'package_versions', 'environment_info', 'utcnow',
            'atomic_write', 'data_path', 'indefinite_article', 'capitalize_first', 'ConfigError', 'ConfigMapping',
-           'read_yaml', 'check_keys', 'peak_rss_gb', 'PeakMemory']
+           'parse_yaml', 'read_yaml', 'check_keys', 'peak_rss_gb', 'PeakMemory']
 
 # %% ../nbs/00_core.ipynb #84acb545
 def freeze(o, # a JSON-like value: dicts, lists, tuples, scalars
@@ -373,15 +373,22 @@ def _strict_loader(where:str, error:type):
     _Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
     return _Strict
 
+def parse_yaml(text:str, # YAML (or JSON) text
+               where:str="YAML", # what it is, for the messages: a file name, or the option it came from
+               error:type=ConfigError, # exception for malformed text: `ConfigError` or a caller's own
+              ):
+    "Parse YAML text strictly: a repeated key is an error; every mapping is a `ConfigMapping` (the one YAML reader)."
+    import yaml
+    try: return yaml.load(text, Loader=_strict_loader(where, error))
+    except yaml.YAMLError as e: raise error(f"{where} is not valid YAML: {e}") from e
+
 def read_yaml(path, # a YAML (or JSON) file
               error:type=ConfigError, # exception for a malformed file: `ConfigError` or a study's own subclass
              ):
-    "Parse a configuration file strictly: a repeated key is an error; every mapping is a `ConfigMapping`."
-    import yaml
+    "Parse a configuration file strictly (`parse_yaml` of its text)."
     p = Path(path)
     if not p.is_file(): raise FileNotFoundError(f"configuration file {p} does not exist")
-    try: return yaml.load(p.read_text(encoding="utf-8"), Loader=_strict_loader(str(p), error))
-    except yaml.YAMLError as e: raise error(f"{p} is not valid YAML: {e}") from e
+    return parse_yaml(p.read_text(encoding="utf-8"), str(p), error)
 
 # %% ../nbs/00_core.ipynb #3de9a715
 def check_keys(d, # a mapping from a configuration (a `ConfigMapping` adds the keys' lines to the message)

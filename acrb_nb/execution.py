@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping
 from fastcore.basics import patch
 from fastcore.meta import delegates
 from .store import ItemStore, Run
-from .runner import RetryPolicy, RateLimiter, StageResult, run_items, rate_limiter
+from .runner import RetryPolicy, RateLimiter, RunOptions, StageResult, run_items, rate_limiter
 from .ray_exec import RayWorkerPool, ray_init
 
 # %% auto #0
@@ -23,7 +23,7 @@ EXECUTORS = ("local", "ray")
 API_BACKENDS = ("openai", "google-genai")  # registry back-ends whose cost is a provider's rate limit, not a local model
 
 @dataclasses.dataclass(frozen=True)
-class Execution:
+class Execution(RunOptions):
     """How a study runs — where its model work goes (threads or Ray actors, with what resources) and how items are
     paced, retried, resumed and shown. The one run-options value every study entry point, stage, template and the CLI
     take (as `execution`). Not part of a RunSpec: no key depends on it, so any two settings fill and resume one store."""
@@ -36,12 +36,7 @@ class Execution:
     torch_threads:int|None=None # torch threads per worker (None: Ray's default, = num_cpus)
     max_restarts:int=4 # Ray restarts of a dead worker (each reloads the model)
     max_worker_deaths:int=3 # an item whose worker died this often is stored as failed ('worker_lost')
-    max_workers:int|None=None # local threads per stage (None: the budget's concurrency, else the adapter's `max_concurrency`, else 4)
     budget:Any=dataclasses.field(default=None, hash=False) # API models' requests/min and concurrency (`Budget.of`; None: declared)
-    limiter:RateLimiter|None=dataclasses.field(default=None, compare=False) # one limiter for every API stage; wins over budget's rpm
-    retry:RetryPolicy=RetryPolicy() # transient errors (429, 5xx, timeouts): retried with backoff, never counted as refusals
-    retry_failed:bool=False # re-attempt the items stored as failed (finished items are never called again)
-    progress:bool|None=None # progress bars (None: on when a terminal or notebook shows them; ACRB_PROGRESS=0 turns them off)
 
     def __post_init__(self):
         if self.executor not in EXECUTORS:
@@ -54,12 +49,7 @@ class Execution:
         if self.num_cpus == 0 and self.num_gpus == 0: raise ValueError("a Ray worker needs num_cpus > 0 or num_gpus > 0")
         for n in ("batch_size", "max_worker_deaths"):
             if int(getattr(self, n)) < 1: raise ValueError(f"{n} must be ≥ 1, got {getattr(self, n)}")
-        if self.max_workers is not None and (isinstance(self.max_workers, bool) or int(self.max_workers) != self.max_workers
-                                             or self.max_workers < 1):
-            raise ValueError(f"max_workers must be an integer ≥ 1 or None, got {self.max_workers!r}")
-        if isinstance(self.retry, Mapping): object.__setattr__(self, "retry", RetryPolicy(**self.retry))
-        if not isinstance(self.retry, RetryPolicy):
-            raise TypeError(f"retry must be a RetryPolicy or a dict of its fields, got {type(self.retry).__name__}")
+        RunOptions.__post_init__(self)  # max_workers, retry
         if self.budget is not None: Budget.of(self.budget)  # checked whole now (a per-model mapping too)
 
     @classmethod
@@ -86,24 +76,31 @@ class Execution:
         if unknown := sorted(set(d) - set(known)):
             raise ValueError(f"unknown execution settings {unknown}; known: {known}")
 
-    @property
-    def is_ray(self)->bool: return self.executor == "ray"
-    def replace(self, **changes)->"Execution":
-        "A copy with `changes` (e.g. `progress=False` for one stage)."
-        return Execution.of(self, **changes)
-    def to_dict(self)->dict:
-        "JSON-ready fields for a run's manifest (the limiter object is named, not serialized)."
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "limiter"}
-        d["retry"] = dataclasses.asdict(self.retry)
-        if dataclasses.is_dataclass(self.budget): d["budget"] = dataclasses.asdict(self.budget)  # a `Budget`
-        if self.limiter is not None: d["limiter"] = {"rpm": getattr(self.limiter, "rpm", None)}
-        return d
-    def pool_kwargs(self)->dict:
-        "`RayWorkerPool` arguments."
-        return dict(num_actors=self.num_actors, num_cpus=self.num_cpus, num_gpus=self.num_gpus,
-                    torch_threads=self.torch_threads, max_restarts=self.max_restarts)
-
 LOCAL = Execution()
+
+# %% ../nbs/06a_execution.ipynb #94ed708f
+@patch(as_prop=True)
+def is_ray(self:Execution)->bool: return self.executor == "ray"
+
+@patch
+def replace(self:Execution, **changes)->Execution:
+    "A copy with `changes` (e.g. `progress=False` for one stage)."
+    return Execution.of(self, **changes)
+
+@patch
+def to_dict(self:Execution)->dict:
+    "JSON-ready fields for a run's manifest (the limiter object is named, not serialized)."
+    d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "limiter"}
+    d["retry"] = dataclasses.asdict(self.retry)
+    if dataclasses.is_dataclass(self.budget): d["budget"] = dataclasses.asdict(self.budget)  # a `Budget`
+    if self.limiter is not None: d["limiter"] = {"rpm": getattr(self.limiter, "rpm", None)}
+    return d
+
+@patch
+def pool_kwargs(self:Execution)->dict:
+    "`RayWorkerPool` arguments."
+    return dict(num_actors=self.num_actors, num_cpus=self.num_cpus, num_gpus=self.num_gpus,
+                torch_threads=self.torch_threads, max_restarts=self.max_restarts)
 
 # %% ../nbs/06a_execution.ipynb #00e46d9b
 def _registries()->dict:
@@ -333,16 +330,15 @@ def run(self:ModelSession, items:list, # work items
         ex = self.execution
         lim, mw, paced = resolve_budget(self._work.model, ex)
         api = (self._work.model.describe() or {}).get("backend") in API_BACKENDS
-        res = run_items(self._work, items, self.store, key=key, max_workers=mw, limiter=lim, retry=ex.retry,
-                        retry_failed=ex.retry_failed, seed=seed, progress=ex.progress, desc=desc, requests=requests,
+        res = run_items(self._work, items, self.store, key=key, options=ex.replace(max_workers=mw, limiter=lim), seed=seed,
+                        desc=desc, requests=requests,
                         count_as="api_requests" if api else "local_calls")
         summary = {**res.summary, "executor": "local", "placement": self.why, "budget": paced,
                    "counted_as": "api_requests" if api else "local_calls"}
     else:
         ex = self.execution
-        res = self._pool.run(items, self.store, key=key, batch_size=ex.batch_size, retry=ex.retry,
-                             retry_failed=ex.retry_failed, seed=seed, max_worker_deaths=ex.max_worker_deaths,
-                             prepare=prepare, progress=ex.progress, desc=desc,
+        res = self._pool.run(items, self.store, key=key, options=ex, batch_size=ex.batch_size, seed=seed,
+                             max_worker_deaths=ex.max_worker_deaths, prepare=prepare, desc=desc,
                              count_as="local_calls")  # Ray runs local models only: API-bound stages stay on threads
         summary = {**res.summary, "placement": self.why, "counted_as": "local_calls"}
     return StageResult(res.rows, summary, self.info)

@@ -7,9 +7,10 @@ from __future__ import annotations
 import collections, contextlib, gc, inspect, itertools, os, sys, threading, time, traceback, uuid
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from fastcore.basics import patch
+from fastcore.meta import delegates
 from .core import rng as _rng, sha256_hex, redact
 from .store import ItemStore, Run
-from .runner import RetryPolicy, RunLedger, StageResult, call_with_retry
+from .runner import RetryPolicy, RunLedger, RunOptions, StageResult, call_with_retry
 
 # %% auto #0
 __all__ = ['ray_init', 'BlobSink', 'build_fn', 'generator_factory', 'RayWorkerPool', 'release_idle_workers', 'warm_workers']
@@ -547,25 +548,28 @@ def run(self:_DriverLoop):
 
 # %% ../nbs/06_ray.ipynb #0e6063d8
 @patch
+@delegates(RunOptions)
 def run(self:RayWorkerPool, items:Iterable, # work items (JSON-like; dicts usually)
         store:ItemStore|Run, # where results go (the driver's store; workers never open it)
         *, key:Callable[[Any], str]|None=None, # item -> key (default: hash of the item), as in `run_items`
+        options:RunOptions|None=None, # retries (applied inside the workers), retry_failed, progress (`RunOptions`)
         batch_size:int=8, # items per task sent to a worker, at most
-        retry:RetryPolicy=RetryPolicy(), # transient-error policy, applied inside the workers
-        retry_failed:bool=False, # re-attempt only the items stored as failed
         seed:int=0, # seeds the retry jitter
         max_in_flight:int=2, # batches queued per worker (2 keeps a worker busy while a result travels)
         max_worker_deaths:int=3, # an item whose worker died this many times is stored as failed ('worker_lost')
         restart_timeout:float=600, # seconds to wait for Ray to restart a dead worker before giving it up
-        progress:bool|None=None, # tqdm bar (None: on unless ACRB_PROGRESS=0)
         desc:str="items", # progress bar label
         prepare:Callable[[Any], Any]|None=None, # item -> what the worker gets, at submission (e.g. image bytes for other nodes)
         count_as:str|None=None, # "local_calls": the counter that splits `calls`, as in `run_items` (the execution layer passes it)
+        **kwargs, # `RunOptions` fields over `options`
        )->StageResult:
     "Run the work function over `items` on the workers into `store`, resuming finished keys; one row per item, like `run_items`."
     for name, v in (("batch_size", batch_size), ("max_in_flight", max_in_flight), ("max_worker_deaths", max_worker_deaths)):
         if v < 1: raise ValueError(f"{name} must be ≥ 1, got {v}")
-    with RunLedger(items, store, key=key, retry_failed=retry_failed, progress=progress, desc=desc, count_as=count_as) as led:
+    opts = RunOptions.of(options, **kwargs)
+    if opts.limiter is not None: raise ValueError("a rate limiter is for API-bound stages, which run on threads, not on Ray")
+    retry = opts.retry
+    with RunLedger(items, store, key=key, options=opts, desc=desc, count_as=count_as) as led:
         loop = None
         if led.todo:
             self.start()

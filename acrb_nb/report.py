@@ -29,6 +29,7 @@ __all__ = ['HEADLINE_MIME', 'STOP_MIME', 'REPORT_CSS', 'STUDIES', 'check_secrets
 
 # %% ../nbs/90_report.ipynb #81fed1ae
 from .core import REDACTED, KEY_PATTERNS, secret_values, check_no_secrets  # one set of secret rules for the whole toolkit
+from .core import safe_name, parse_yaml  # one file-name rule, one strict YAML reader
 
 # %% ../nbs/90_report.ipynb #8c1eb52d
 def check_secrets(params: Mapping[str, Any], # report parameters about to be passed to a template
@@ -192,7 +193,8 @@ def _dur(s) -> str:
 _INDEX_CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;max-width:75rem;padding:0 1rem;color:#222}
 h1{font-size:1.5rem;margin-bottom:.2rem} p.meta{color:#666;margin-top:0}
-table{border-collapse:collapse;width:100%;font-size:.92rem} th,td{padding:.45rem .6rem;border-bottom:1px solid #e3e3e3;vertical-align:top;text-align:left}
+table{border-collapse:collapse;width:100%;font-size:.92rem}
+th,td{padding:.45rem .6rem;border-bottom:1px solid #e3e3e3;vertical-align:top;text-align:left}
 thead th{background:#f5f5f5;border-bottom:2px solid #ccc} tbody tr:hover{background:#fafafa}
 td.num{white-space:nowrap} .ok{color:#0a6b2d;font-weight:600} .failed{color:#b00020;font-weight:600}
 .err{color:#b00020;font-size:.85em} dl{margin:0;display:grid;grid-template-columns:auto auto;column-gap:.8em}
@@ -275,10 +277,6 @@ class ReportResult:
     headlines: dict = field(default_factory=dict) # figures published with `headline`
     redacted: tuple = () # names of secrets found and redacted in the outputs
 
-def _slug(s: str) -> str:
-    "A file-name-safe version of a model or study name (`org/model:v1` → `org-model-v1`)."
-    return re.sub(r"[^A-Za-z0-9._+-]+", "-", str(s)).strip("-.") or "default"
-
 def _load_params(config, parameters) -> tuple[dict, dict]:
     "(parameters, line of each in the config file): the config file's, then `parameters` over them."
     params, lines = {}, {}
@@ -337,12 +335,12 @@ def _stamp(ipynb: Path, meta: dict):
 def render_report(template: str | Path, # report notebook, e.g. nbs/acrb.ipynb
                   *,
                   study: str | None = None, # study name; defaults to the template's stem
-                  model: str | None = None, # model to report on: names the file and fills the template's `model` parameter if `parameters` has none
+                  model: str | None = None, # model to report on: names the file; fills the template's `model` if `parameters` has none
                   parameters: Mapping[str, Any] | None = None, # parameter values (win over `config`)
                   config: str | Path | None = None, # YAML file of parameter values, e.g. configs/acrb_flux.yaml
                   out_dir: str | Path = "reports", # reports folder: writes <out_dir>/<study>/<model>.{ipynb,html}
                   hide_input: bool = True, # hide code cells in the HTML
-                  cwd: str | Path | None = None, # working directory of the run (where run folders such as runs/<study>/ land); the current directory by default
+                  cwd: str | Path | None = None, # the run's working directory (runs/<study>/ land there); the current directory by default
                   paths_from: str | Path | None = None, # folder relative path parameters are read from; the current directory by default
                   kernel_name: str = "python3", # Jupyter kernel to execute with
                   timeout: float | None = None, # per-cell timeout in seconds (None: no limit)
@@ -368,10 +366,10 @@ def render_report(template: str | Path, # report notebook, e.g. nbs/acrb.ipynb
     check_inputs(study, {**defaults, **params}, template.name)
 
     # 2. execute into a staging folder beside the report: a failed attempt never replaces a good report
-    out = Path(out_dir) / _slug(study)
+    out = Path(out_dir) / safe_name(study)
     out.mkdir(parents=True, exist_ok=True)
-    final = {"ipynb": out / f"{_slug(model)}.ipynb", "html": out / f"{_slug(model)}.html"}
-    failed = {"ipynb": out / f"{_slug(model)}.failed.ipynb", "html": out / f"{_slug(model)}.failed.html"}
+    final = {"ipynb": out / f"{safe_name(model)}.ipynb", "html": out / f"{safe_name(model)}.html"}
+    failed = {"ipynb": out / f"{safe_name(model)}.failed.ipynb", "html": out / f"{safe_name(model)}.failed.html"}
     import papermill as pm, tempfile
     with tempfile.TemporaryDirectory(dir=out, prefix=".rendering-") as stage:
         ipynb, html_path = Path(stage, final["ipynb"].name), Path(stage, final["html"].name)
@@ -448,15 +446,13 @@ def resolve_template(name: str, # a template path, or a study name like `acrb`
 # %% ../nbs/90_report.ipynb #c2b76010
 def _execution_arg(s:str):
     "`--execution` value: local, ray, or a YAML/JSON mapping of Execution fields."
-    import yaml
-    v = yaml.safe_load(s)
+    v = parse_yaml(s, f"--execution {s!r}", argparse.ArgumentTypeError)
     if isinstance(v, str) or isinstance(v, dict): return v
     raise argparse.ArgumentTypeError(f"--execution takes local, ray or a mapping like '{{executor: ray, num_gpus: 1}}', got {s!r}")
 
 def _budget_arg(s:str):
     "`--budget` value: unlimited, or a YAML/JSON mapping of Budget fields (or of model names to them)."
-    import yaml
-    v = yaml.safe_load(s)
+    v = parse_yaml(s, f"--budget {s!r}", argparse.ArgumentTypeError)
     if isinstance(v, (str, dict)): return v
     raise argparse.ArgumentTypeError(f"--budget takes unlimited or a mapping like '{{rpm: 60, concurrency: 4}}', got {s!r}")
 
@@ -560,9 +556,8 @@ def main(argv: list[str] | None = None, # command-line arguments; `sys.argv[1:]`
         if not a.template: raise ParameterError("give a template or study name (e.g. `acrb-report acrb`), --all or --index-only")
         params = {}
         if a.yaml:
-            import yaml
             for y in a.yaml:
-                d = yaml.safe_load(y)
+                d = parse_yaml(y, f"-y {y!r}", ParameterError)
                 if not isinstance(d, dict): raise ParameterError(f"-y {y!r} is not a YAML mapping; write it as 'name: value'")
                 params.update(d)
         params.update({k: parse_value(v) for k, v in a.parameters})

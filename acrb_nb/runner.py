@@ -11,13 +11,14 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 from fastcore.basics import patch
+from fastcore.meta import delegates
 from .core import item_key, rng as _rng, redact
 from .store import ItemStore, Run
 
 # %% auto #0
 __all__ = ['COUNT_AS', 'TransientError', 'FinalError', 'retry_after_of', 'classify_exception', 'RetryPolicy', 'RateLimiter',
-           'rate_limiter', 'StageResult', 'call_with_retry', 'commit_result', 'RunLedger', 'run_items', 'summarize',
-           'store_for']
+           'rate_limiter', 'RunOptions', 'StageResult', 'call_with_retry', 'commit_result', 'RunLedger', 'run_items',
+           'summarize', 'store_for']
 
 # %% ../nbs/02_runner.ipynb #5306d289
 class TransientError(Exception):
@@ -167,6 +168,34 @@ def rate_limiter(provider:str, # e.g. "openai", "google"
             lim = _LIMITERS[provider] = RateLimiter(rpm, tpm, burst)
         return lim
 
+# %% ../nbs/02_runner.ipynb #638623e5
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    "How a run's items are worked through on any executor. Not part of a RunSpec: no key depends on it."
+    max_workers:int|None=None # threads (None: the budget's concurrency, else the adapter's `max_concurrency`, else 4; `run_items` alone: 8)
+    limiter:RateLimiter|None=dataclasses.field(default=None, compare=False) # one provider rate limiter for the calls (`rate_limiter`)
+    retry:RetryPolicy=RetryPolicy() # transient errors (429, 5xx, timeouts): retried with backoff, never counted as refusals
+    retry_failed:bool=False # re-attempt the items stored as failed (finished items are never called again)
+    progress:bool|None=None # progress bars (None: on unless ACRB_PROGRESS=0)
+
+    def __post_init__(self):
+        mw = self.max_workers
+        if mw is not None and (isinstance(mw, bool) or not isinstance(mw, (int, np.integer)) or mw < 1):
+            raise ValueError(f"max_workers must be an integer ≥ 1 or None, got {mw!r}")
+        if isinstance(self.retry, Mapping): object.__setattr__(self, "retry", RetryPolicy(**self.retry))
+        if not isinstance(self.retry, RetryPolicy):
+            raise TypeError(f"retry must be a RetryPolicy or a dict of its fields, got {type(self.retry).__name__}")
+
+    @classmethod
+    def of(cls, options:"RunOptions|None"=None, # options to start from (an `Execution` too); None: the defaults
+           **changes, # fields to set on top, e.g. `progress=False`
+          )->"RunOptions":
+        "`options` with `changes`: how `run_items` and the Ray loop read their keywords."
+        known = {f.name for f in dataclasses.fields(options if options is not None else cls)}
+        if bad := sorted(set(changes) - known): raise TypeError(f"unknown run options {bad}; known: {sorted(known)}")
+        base = options if options is not None else cls()
+        return dataclasses.replace(base, **changes) if changes else base
+
 # %% ../nbs/02_runner.ipynb #13929169
 @dataclasses.dataclass(frozen=True, eq=False)
 class StageResult:
@@ -181,7 +210,7 @@ class StageResult:
 
 # %% ../nbs/02_runner.ipynb #a9d8e0a2
 def call_with_retry(call:Callable[[], Any], # one item's work, no arguments
-                    retry:RetryPolicy, # transient-error policy
+                    retry:RetryPolicy, # how to retry (`RunOptions.retry`)
                     gen:np.random.Generator, # jitter source
                     sleep:Callable[[float], None]=time.sleep, # injectable for tests
                     failed_once:BaseException|None=None, # an error a first attempt already raised (batched calls)
@@ -259,14 +288,17 @@ def _progress_enabled(progress):
 class RunLedger:
     "One run's bookkeeping on any executor: unique keys, what is left to do, counts, progress bar, and the result."
     COLUMNS = ("key", "status", "outcome", "attempts", "seconds", "error", "error_kind", "cached")
+    @delegates(RunOptions)
     def __init__(self, items:Iterable, # work items (JSON-like; dicts usually)
                  store:ItemStore|Run, # where results go (a Run's store is used, and its manifest refreshed at the end)
                  *, key:Callable[[Any], str]|None=None, # item -> key (default: hash of the item)
-                 retry_failed:bool=False, # do only the items stored as failed
-                 progress:bool|None=None, # tqdm bar (None: on unless ACRB_PROGRESS=0)
+                 options:RunOptions|None=None, # its `retry_failed` (do only the items stored as failed) and `progress`
                  desc:str="items", # progress bar label
                  count_as:str|None=None, # "api_requests" or "local_calls": where the items' calls are also counted (see `commit_result`)
+                 **kwargs, # `RunOptions` fields over `options`
                 ):
+        opts = RunOptions.of(options, **kwargs)
+        retry_failed, progress = opts.retry_failed, opts.progress
         self.count_as = _check_count_as(count_as)
         self.run = store if isinstance(store, Run) else None
         self.store = store.store if isinstance(store, Run) else store
@@ -339,26 +371,25 @@ def result(self:RunLedger, **extra, # more summary fields (executor, actors, wor
     return StageResult(df, summary)
 
 # %% ../nbs/02_runner.ipynb #1169318f
+@delegates(RunOptions)
 def run_items(fn:Callable[[Any], Mapping], # work function: item -> JSON-serializable record
               items:Iterable, # work items (JSON-like; dicts usually)
               store:ItemStore|Run, # where results go (a Run's store is used)
               *, key:Callable[[Any], str]|None=None, # item -> key (default: hash of the item)
-              max_workers:int=8, # concurrent calls
-              limiter:RateLimiter|None=None, # provider budget (see `rate_limiter`)
+              options:RunOptions|None=None, # threads, limiter, retries, progress (`RunOptions`; its fields as keywords too)
               tokens:Callable[[Any], float]|None=None, # item -> estimated tokens for the limiter
               requests:Callable[[Any], int]|None=None, # item -> request slots it takes from the limiter (default 1)
-              retry:RetryPolicy=RetryPolicy(), # transient-error policy
-              retry_failed:bool=False, # re-attempt only the items stored as failed
               seed:int=0, # seeds the retry jitter
-              progress:bool|None=None, # tqdm bar (None: on unless ACRB_PROGRESS=0)
               desc:str="items", # progress bar label
               sleep:Callable[[float], None]=time.sleep, # injectable for tests
               count_as:str|None=None, # "api_requests" (an API model) or "local_calls": the counter that splits `calls` (None: only `calls`)
+              **kwargs, # `RunOptions` fields over `options`: max_workers, limiter, retry, retry_failed, progress
              )->StageResult:
     "Run `fn` over `items` on threads into `store`, resuming finished keys; one row per item and the run's summary."
-    if max_workers < 1: raise ValueError(f"max_workers must be ≥ 1, got {max_workers}")
+    opts = RunOptions.of(options, **kwargs)
+    max_workers, limiter, retry = opts.max_workers or 8, opts.limiter, opts.retry
     gen, gen_lock = _rng(seed, "runner", "jitter"), threading.Lock()
-    with RunLedger(items, store, key=key, retry_failed=retry_failed, progress=progress, desc=desc, count_as=count_as) as led:
+    with RunLedger(items, store, key=key, options=opts, desc=desc, count_as=count_as) as led:
         def one(i):
             it = led.items[i]
             before = None if limiter is None else (lambda: limiter.acquire(tokens(it) if tokens else 0, requests(it))) \

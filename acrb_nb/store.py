@@ -6,7 +6,7 @@
 from __future__ import annotations
 import json, os, sqlite3, threading, time
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 from fastcore.basics import patch
 from .core import (RunSpec, atomic_write, canonical_json, environment_info, file_sha256, redact, sha256_hex,
@@ -210,6 +210,23 @@ def counters(self:ItemStore)->dict:
     "Current values of the named counters."
     with self._lock: return {k: (int(v) if float(v).is_integer() else v)
                              for k, v in self._db.execute("SELECT name, value FROM counters ORDER BY name")}
+
+# %% ../nbs/01_store.ipynb #fabb64a5
+@patch
+def results(self:ItemStore, keys:Sequence, # item keys in the order wanted; a None key stands for "no item" (gives None)
+           )->list:
+    """One entry per key, in order: the finished item's record with `status` 'done'; `{'status': 'failed', 'outcome':
+    'failed', 'error', 'error_kind'}` for a failed item; `{'status': 'missing', 'outcome': 'missing'}` for one never stored."""
+    ents = {e["key"]: e for e in self.entries(keys={k for k in keys if k is not None})}
+    out = []
+    for k in keys:
+        e = ents.get(k) if k is not None else None
+        if k is None: out.append(None)
+        elif e is None: out.append({"status": "missing", "outcome": "missing"})
+        elif e["status"] == "failed":
+            out.append({"status": "failed", "outcome": "failed", "error": e["error"], "error_kind": e["error_kind"]})
+        else: out.append({**(e["record"] or {}), "status": "done"})
+    return out
 
 # %% ../nbs/01_store.ipynb #fa8b8e71
 @patch

@@ -18,10 +18,10 @@ _all_ = ["LABELS_CSV", "SAMPLE_JSON", "LabelSample", "label_key", "sample_ids", 
          "export_for_labelling", "check_labels_file", "import_labels", "labels_frame"]   # re-exported from labels
 
 # %% auto #0
-__all__ = ['PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS', 'LabelPopulation', 'label_items', 'iat_label_items',
-           'toxicity_label_items', 'allocate', 'sample_items', 'simulate_judged_audit', 'coverage_study',
-           'coverage_summary', 'LABELS_CSV', 'SAMPLE_JSON', 'LabelSample', 'label_key', 'sample_ids', 'sample_design',
-           'export_for_labelling', 'check_labels_file', 'import_labels', 'labels_frame']
+__all__ = ['PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS', 'LabelPopulation', 'label_items', 'toxicity_label_items', 'allocate',
+           'sample_items', 'simulate_judged_audit', 'coverage_study', 'coverage_summary', 'LABELS_CSV', 'SAMPLE_JSON',
+           'LabelSample', 'label_key', 'sample_ids', 'sample_design', 'export_for_labelling', 'check_labels_file',
+           'import_labels', 'labels_frame']
 
 # %% ../nbs/07_validation.ipynb #335d7231
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -58,18 +58,6 @@ def label_items(df:pd.DataFrame, # one row per item of the population (the items
     return LabelPopulation(out, tuple(strata))
 
 # %% ../nbs/07_validation.ipynb #fe719e4a
-def iat_label_items(results:pd.DataFrame, # from `iat.trial_results` (or `iat.score_trials`)
-                   )->LabelPopulation:
-    "IAT population: answered trials; the labeller reads the model's answer and names the option it chose (A, B, none)."
-    check_columns(results, ["key", "target_attr", "condition", "outcome", "choice", "model_response", "instruction", "images"],
-                "iat_label_items")
-    d = results[results.outcome.isin(["ok", "refused", "invalid"])].copy()
-    d["question"] = ("The model was shown the image(s) and asked the question below; its answer is in 'text'. Which option "
-                     "did it choose? Answer 'A', 'B' or 'none'.\n\n" + d.instruction.astype(str))
-    d["verdict"] = d.choice.where(d.choice.isin(["A", "B"]), "none")
-    return label_items(d, strata=("target_attr", "condition"), verdict="verdict", image="images", text="model_response",
-                       question="question")
-
 def toxicity_label_items(preds:pd.DataFrame, # from `toxicity.zeroshot.score_dataset` (columns pred, identity columns)
                          texts:Sequence[str], # the scored texts, in the order of `preds`
                          keys:Sequence[str], # the run's row keys, in the same order
@@ -131,7 +119,7 @@ def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `lab
                  key:str="key", # item key column
                 )->LabelSample:
     "Stratified simple random sample without replacement: the sampled rows with stratum, N_h, n_h, π and weight 1/π."
-    pop = items if isinstance(items, LabelPopulation) else None
+    pop = None if isinstance(items, pd.DataFrame) else items  # a LabelPopulation (from any study's builder)
     if pop is not None: items, strata = pop.items, (pop.strata if strata is None else strata)
     strata = list(strata or [])
     check_columns(items, [key, strata], "sample_items")

@@ -42,7 +42,7 @@ def main(argv=None):
     t_start = time.perf_counter()
     from acrb_nb.adapters.base import TEXT_LMS
     from acrb_nb.adapters.text import context_length
-    from acrb_nb.toxicity.zeroshot import PromptEncoder
+    from acrb_nb.toxicity.prompts import PromptEncoder
     from acrb_nb.toxicity.explain import LabelMargin, baseline_inputs, integrated_gradients, ig_per_step_loop, ig_chunk
     try: lm = TEXT_LMS.create(a.model)
     except (ModuleNotFoundError, FileNotFoundError) as e:

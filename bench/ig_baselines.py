@@ -15,7 +15,7 @@ a text-free prompt scores near the undecided point (0), the gap is about the mod
 choice of "no text" baseline can raise.
 
 The toxicity report makes the same choice itself (`ig_baseline="auto"`), on its own calibration rows and with the
-framing it chose there; this benchmark is what `explain_rows(baseline=...)`'s library default rests on.
+framing it chose there; this benchmark is what `IGOptions.baseline`'s library default rests on.
 
 Prints progress, the table, and ends with:
   RESULT chosen=<baseline> share_chosen=<x> share_mean=<x> share_filler=<x> share_pad=<x> share_zero=<x> share_uniform=<x> share_blur=<x>
@@ -81,7 +81,7 @@ def main(argv=None):
     print(table.round(3).to_string(index=False), flush=True)
     print(f"chosen among the baselines that remove the text {tuple(b for b in bl if b in NO_TEXT_BASELINES)}: {chosen}")
     if a.ig_rows:
-        cb = compare_baselines(rows.iloc[:a.ig_rows], lm, bl, n_steps=a.steps, n_boot=1000, task=task, chat=chat)
+        cb = compare_baselines(rows.iloc[:a.ig_rows], lm, bl, ig_options={"n_steps": a.steps}, n_boot=1000, task=task, chat=chat)
         print(f"IG on {a.ig_rows} {a.split} rows [{time.perf_counter() - t0:.0f} s]")
         print(cb.round(3).to_string(index=False))
     share = table.set_index("baseline")["share_gap_ge_0.5"]

@@ -67,7 +67,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     from acrb_nb.adapters.base import TEXT_LMS
     from acrb_nb.adapters.text import context_length
-    from acrb_nb.toxicity.zeroshot import PromptEncoder, score_encoded, batches_by_length, collate, pad_token_id
+    from acrb_nb.toxicity.prompts import PromptEncoder
+    from acrb_nb.toxicity.zeroshot import score_encoded, batches_by_length, collate, pad_token_id
     t0 = time.perf_counter()
     try: lm = TEXT_LMS.create(a.model)
     except (ModuleNotFoundError, FileNotFoundError) as e:

@@ -325,7 +325,7 @@ def determinism_artifacts(root, out, seed=3):
     rows = json.loads((ROOT / "data" / "toxicity" / "toxigen_200.json").read_text())[:24]
     import pandas as pd
     df = score_dataset(pd.DataFrame(rows)[["text", "is_toxic", "target_group"]], "tiny-gpt2", run=str(root / "tox"),
-                       label_col="is_toxic", progress=False).rows
+                       label_col="is_toxic", execution={"progress": False}).rows
     res["toxicity-tiny-gpt2"] = {"item_keys": _keys(root / "tox" / "items.sqlite"),
                                  "metrics": json.dumps(json.loads(df.to_json(orient="records")), sort_keys=True)}
     Path(out).write_text(json.dumps(res, sort_keys=True, indent=1))

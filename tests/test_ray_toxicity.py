@@ -20,6 +20,7 @@ from acrb_nb.store import ItemStore
 from acrb_nb.execution import Execution
 from acrb_nb.toxicity.zeroshot import score_dataset
 from acrb_nb.toxicity.explain import explain_rows
+from acrb_nb.toxicity.options import ScoreOptions, IGOptions
 
 pytestmark = [pytest.mark.usefixtures("local_ray"), pytest.mark.timeout(300)]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -28,6 +29,10 @@ RAY1 = Execution("ray", num_actors=1, torch_threads=1)  # resumes: one worker is
 WORDS = ["you are", "I hate", "women are", "my muslim neighbours", "black people", "have a nice day", "gay people",
          "the jewish festival", "shut up", "thanks for", "the quick brown fox", "immigrants"]
 TEXTS = [f"{w} {' '.join(['very'] * (i % 5))} {i}" for i, w in enumerate(WORDS * 2)]  # 24 texts of varied lengths
+B4 = ScoreOptions(batch_size=4)
+B4_NOCC = ScoreOptions(batch_size=4, contextual=False)  # the data rows only (no content-free rows)
+B2_NOCC = ScoreOptions(batch_size=2, contextual=False)
+IG8 = IGOptions(n_steps=8)
 
 
 
@@ -50,8 +55,8 @@ def rows(d):
 
 def test_score_dataset_on_ray_equals_local_executor(tmp_path, one_thread):
     df = pd.DataFrame({"text": TEXTS, "label": [i % 2 for i in range(len(TEXTS))]})
-    loc = score_dataset(df, "tiny-gpt2", label_col="label", batch_size=4, run=tmp_path / "local")
-    ry = score_dataset(df, "tiny-gpt2", label_col="label", batch_size=4, run=tmp_path / "ray", execution=RAY2)
+    loc = score_dataset(df, "tiny-gpt2", label_col="label", score_options=B4, run=tmp_path / "local")
+    ry = score_dataset(df, "tiny-gpt2", label_col="label", score_options=B4, run=tmp_path / "ray", execution=RAY2)
     s = ry.summary
     assert (s["executor"], s["batches"], s["worker_deaths"]) == ("ray", 6, 0) and loc.summary["executor"] == "local"
     assert ry.model_info == loc.model_info
@@ -64,18 +69,18 @@ def test_score_dataset_on_ray_equals_local_executor(tmp_path, one_thread):
     assert {a for _, a, _ in er.values()} == {1}
     assert ItemStore(tmp_path / "ray" / "items.sqlite").counters() == ItemStore(tmp_path / "local" / "items.sqlite").counters()
     # a dict works as well as an Execution; the Ray store is complete for the local executor and vice versa
-    assert score_dataset(df, "tiny-gpt2", batch_size=4, run=tmp_path / "ray").summary["cached"] == 24
-    again = score_dataset(df, "tiny-gpt2", batch_size=4, run=tmp_path / "local", contextual=False,
+    assert score_dataset(df, "tiny-gpt2", score_options=B4, run=tmp_path / "ray").summary["cached"] == 24
+    again = score_dataset(df, "tiny-gpt2", score_options=B4_NOCC, run=tmp_path / "local",
                           execution={"executor": "ray", "num_actors": 1, "torch_threads": 1})
     assert again.summary["cached"] == 24 and "batches" not in again.summary
     # a store the local executor filled half-way is finished on Ray: no finished row is scored again (every key written
     # once), the rows Ray adds agree with the one-run scores (other batches, other padding: float-level differences)
-    score_dataset(df, "tiny-gpt2", max_rows=10, batch_size=4, run=tmp_path / "mix", contextual=False)
-    mix = score_dataset(df, "tiny-gpt2", batch_size=4, run=tmp_path / "mix", contextual=False, execution=RAY1)
+    score_dataset(df, "tiny-gpt2", max_rows=10, score_options=B4_NOCC, run=tmp_path / "mix")
+    mix = score_dataset(df, "tiny-gpt2", score_options=B4_NOCC, run=tmp_path / "mix", execution=RAY1)
     assert (mix.summary["cached"], mix.summary["executor"]) == (10, "ray") and mix.summary["batches"] >= 4
     assert {a for _, a, _ in entries(tmp_path / "mix").values()} == {1} and len(rows(tmp_path / "mix")) == 24
     pd.testing.assert_series_equal(mix.rows["score"], loc.rows["score"], atol=1e-4, rtol=0)
-    assert score_dataset(df, "tiny-gpt2", batch_size=4, run=tmp_path / "mix", contextual=False).summary["cached"] == 24
+    assert score_dataset(df, "tiny-gpt2", score_options=B4_NOCC, run=tmp_path / "mix").summary["cached"] == 24
 
 
 @pytest.mark.slow
@@ -95,7 +100,7 @@ def test_worker_killed_mid_run_every_row_scored_once(tmp_path, monkeypatch, one_
         return fn
 
     monkeypatch.setattr(zs, "_zs_work", killing_worker)  # shipped to the workers by value (defined in this test)
-    ry = score_dataset(TEXTS, "tiny-gpt2", batch_size=2, contextual=False, run=tmp_path / "ray",
+    ry = score_dataset(TEXTS, "tiny-gpt2", score_options=B2_NOCC, run=tmp_path / "ray",
                        execution=Execution("ray", num_actors=2, torch_threads=1, batch_size=2))
     monkeypatch.undo()
     s = ry.summary
@@ -104,7 +109,7 @@ def test_worker_killed_mid_run_every_row_scored_once(tmp_path, monkeypatch, one_
     e = entries(tmp_path / "ray")
     assert len(rows(tmp_path / "ray")) == 24 and len(e) == 24 + 12              # 24 rows + 12 batches of 2
     assert {(st, a) for st, a, _ in e.values()} == {("done", 1)}               # every key written exactly once
-    loc = score_dataset(TEXTS, "tiny-gpt2", batch_size=2, contextual=False, run=tmp_path / "local")
+    loc = score_dataset(TEXTS, "tiny-gpt2", score_options=B2_NOCC, run=tmp_path / "local")
     assert ry.rows["score"].tolist() == loc.rows["score"].tolist()
     assert rows(tmp_path / "ray") == rows(tmp_path / "local")
 
@@ -116,15 +121,15 @@ def test_driver_stopped_between_a_batchs_rows_and_its_record_resumes(tmp_path, m
     def stop(self, i, res): raise KeyboardInterrupt("the driver stopped after writing a batch's rows")
     monkeypatch.setattr(RunLedger, "commit", stop)
     with pytest.raises(KeyboardInterrupt):
-        score_dataset(TEXTS[:8], "tiny-gpt2", batch_size=4, contextual=False, run=d, execution=RAY2)
+        score_dataset(TEXTS[:8], "tiny-gpt2", score_options=B4_NOCC, run=d, execution=RAY2)
     monkeypatch.undo()
     first = entries(d)
     assert len(first) == 4 and len(rows(d)) == 4                               # one batch's rows, no batch record
-    loc = score_dataset(TEXTS[:8], "tiny-gpt2", batch_size=4, contextual=False, run=d)   # the local executor resumes
+    loc = score_dataset(TEXTS[:8], "tiny-gpt2", score_options=B4_NOCC, run=d)   # the local executor resumes
     assert (loc.summary["cached"], loc.summary["batches"]) == (4, 1)           # only the other batch is scored
     assert len(rows(d)) == 8 and {a for _, a, _ in entries(d).values()} == {1}
     assert {k: v for k, v in entries(d).items() if k in first} == first        # the rows written first are kept as they were
-    ref = score_dataset(TEXTS[:8], "tiny-gpt2", batch_size=4, contextual=False, run=tmp_path / "ref")
+    ref = score_dataset(TEXTS[:8], "tiny-gpt2", score_options=B4_NOCC, run=tmp_path / "ref")
     assert loc.rows["score"].tolist() == ref.rows["score"].tolist()
 
 
@@ -132,7 +137,7 @@ def test_store_of_an_earlier_version_with_rows_inside_ray_batches_resumes_withou
     """Earlier versions stored a Ray batch's rows inside the batch record and wrote them out after the run: a driver
     killed in between left batch records whose rows the store lacks. The next run, on either executor, writes them
     (`expand_batch_rows`) and scores nothing again."""
-    ref = score_dataset(TEXTS[:8], "tiny-gpt2", batch_size=4, contextual=False, run=tmp_path / "ref")
+    ref = score_dataset(TEXTS[:8], "tiny-gpt2", score_options=B4_NOCC, run=tmp_path / "ref")
     row_recs = [[k, rec] for k, (_, _, rec) in rows(tmp_path / "ref").items()]
     d = tmp_path / "old"
     old = ItemStore(d / "items.sqlite")                                        # what such a killed run left behind
@@ -140,7 +145,7 @@ def test_store_of_an_earlier_version_with_rows_inside_ray_batches_resumes_withou
     old.put(bk, {**zs._batch_record([{}] * len(row_recs)), "rows": row_recs})
     old.set_meta(zs._PENDING, json.dumps([bk]))
     assert len(rows(d)) == 0 and len(entries(d)) == 1
-    loc = score_dataset(TEXTS[:8], "tiny-gpt2", batch_size=4, contextual=False, run=d)
+    loc = score_dataset(TEXTS[:8], "tiny-gpt2", score_options=B4_NOCC, run=d)
     assert loc.summary["cached"] == 8 and "batches" not in loc.summary
     assert len(rows(d)) == 8 and {a for _, a, _ in entries(d).values()} == {1}
     assert loc.rows["score"].tolist() == ref.rows["score"].tolist()
@@ -150,17 +155,17 @@ def test_store_of_an_earlier_version_with_rows_inside_ray_batches_resumes_withou
 @pytest.mark.slow
 def test_explain_rows_on_ray_equals_local_executor(tmp_path, one_thread):
     df = pd.DataFrame({"text": TEXTS[:5]})
-    ig_l = explain_rows(df, "tiny-gpt2", rows=None, n_steps=8, run=tmp_path / "local")
-    ig_r = explain_rows(df, "tiny-gpt2", rows=None, n_steps=8, run=tmp_path / "ray", execution=RAY2)
+    ig_l = explain_rows(df, "tiny-gpt2", rows=None, ig_options=IG8, run=tmp_path / "local")
+    ig_r = explain_rows(df, "tiny-gpt2", rows=None, ig_options=IG8, run=tmp_path / "ray", execution=RAY2)
     assert ig_r.summary["executor"] == "ray" and ig_r.model_info == ig_l.model_info
     pd.testing.assert_frame_equal(ig_r.rows, ig_l.rows)
     assert entries(tmp_path / "ray").keys() == entries(tmp_path / "local").keys()
     # resumed on the other executor: nothing is explained again
-    again = explain_rows(df, "tiny-gpt2", rows=None, n_steps=8, run=tmp_path / "local", execution=RAY1)
+    again = explain_rows(df, "tiny-gpt2", rows=None, ig_options=IG8, run=tmp_path / "local", execution=RAY1)
     assert (again.summary["cached"], again.summary["called"]) == (5, 0)
     # the local executor explains 2 rows, Ray the other 3 into the same store: each row once, the same attributions
-    explain_rows(df, "tiny-gpt2", rows=2, n_steps=8, run=tmp_path / "mix")
-    mix = explain_rows(df, "tiny-gpt2", rows=None, n_steps=8, run=tmp_path / "mix", execution=RAY1)
+    explain_rows(df, "tiny-gpt2", rows=2, ig_options=IG8, run=tmp_path / "mix")
+    mix = explain_rows(df, "tiny-gpt2", rows=None, ig_options=IG8, run=tmp_path / "mix", execution=RAY1)
     assert (mix.summary["cached"], mix.summary["called"]) == (2, 3)
     assert {a for _, a, _ in entries(tmp_path / "mix").values()} == {1}
     assert mix.rows["attributions"].map(list).tolist() == ig_l.rows["attributions"].map(list).tolist()

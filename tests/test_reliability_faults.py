@@ -153,8 +153,9 @@ def test_fault_mix_chat_scoring(api, model, run_tmp, reliability, monkeypatch):
         lm = TEXT_LMS.create(model, base_url=srv.base_url, timeout=0.3)
         run = Run(RunSpec("reliability-faults-chat", model, {"api": api, "n": len(texts)}, 0), run_dir=run_tmp / api)
         # a quick retry policy (the default waits 0.5 s, 1 s, 2 s, ...); 8 rows in flight as a user's run would have
-        zs = zeroshot.score_dataset(texts, lm, run=run, batch_size=1, contextual=False, progress=False, max_workers=8,
-                                    retry=RetryPolicy(max_attempts=6, base_delay=0.01, max_delay=0.05))
+        zs = zeroshot.score_dataset(texts, lm, run=run, score_options={"batch_size": 1, "contextual": False},
+                                    execution={"progress": False, "max_workers": 8,
+                                               "retry": RetryPolicy(max_attempts=6, base_delay=0.01, max_delay=0.05)})
         res = zs.rows
         log = srv.calls()
         run.close()

@@ -209,8 +209,8 @@ def test_toxicity_openai_server(run_tmp, forks, reliability, monkeypatch):
     proc, url = start_server_process("openai", log_path=log, latency=0.03, hooks="reliability_helpers:hooks", env=server_env())
     try:
         for k, v in {**DUMMY_ENV, "OPENAI_BASE_URL": url}.items(): monkeypatch.setenv(k, v)
-        kw = dict(data=str(data), model="gpt-4o-mini", label_col="is_toxic", id_cols=["target_group"], batch_size=4,
-                  progress=False)
+        kw = dict(data=str(data), model="gpt-4o-mini", label_col="is_toxic", id_cols=["target_group"],
+                  score_options={"batch_size": 4}, execution={"progress": False})
         ref = score_dataset(**kw, run=str(run_tmp / "ref"), out=str(run_tmp / "ref" / "preds.parquet"))
         n_ref = len(read_log(log))
         fp = sha256_hex(ref.model_info)

@@ -134,18 +134,13 @@ def stage2_records(store:ItemStore|Run, # the run's store
     "One row per Stage II item (failed items included, outcome 'failed'), in item order."
     store = store.store if isinstance(store, Run) else store
     keys = [stage2_key(model_info, it) for it in items]
-    ents = {e["key"]: e for e in store.entries(keys=keys)}
     rows = []
-    for k, it in zip(keys, items):
-        e = ents.get(k)
+    for k, it, r in zip(keys, items, store.results(keys)):
         base = {f: it.get(f) for f in STAGE2_FIELDS}
-        if e is None:
-            rows.append({**base, "key": k, "outcome": "missing"})
-            continue
-        if e["status"] == "failed":
-            rows.append({**base, "key": k, "outcome": "failed", "reason": e["error"], "error_kind": e["error_kind"]})
-            continue
-        rec = e["record"]
-        rows.append({**base, **{c: rec.get(c) for c in ("outcome", "code", "reason", "image", "image_sha256", "width", "height")},
-                     "key": k, "metadata": rec.get("metadata")})
+        if r["status"] == "missing": rows.append({**base, "key": k, "outcome": "missing"})
+        elif r["status"] == "failed":
+            rows.append({**base, "key": k, "outcome": "failed", "reason": r["error"], "error_kind": r["error_kind"]})
+        else:
+            rows.append({**base, **{c: r.get(c) for c in ("outcome", "code", "reason", "image", "image_sha256", "width", "height")},
+                         "key": k, "metadata": r.get("metadata")})
     return pd.DataFrame(rows)

@@ -137,15 +137,14 @@ def judge_cues(run:Run|ItemStore, # where judgements are stored (same store as S
     out = df.copy()
     keys = [judge_key(info, r.image_sha256, cue_instruction(r.attribute_value, r.subject, list(r.cues), r.attribute_type))
             if (r.final_outcome == "generated" and r.attribute_type != "neutral") else None for r in df.itertuples(index=False)]
-    ents = {e["key"]: e for e in st.entries(keys=[k for k in keys if k])}
-    def col(k, f):
-        e = ents.get(k)
-        if e is None: return None
-        if e["status"] == "failed": return "failed" if f == "judge_outcome" else None
-        return e["record"].get(f)
+    got = st.results(keys)  # None for the rows no judge sees (refused, neutral)
+    def col(r, f):
+        if r is None or r["status"] == "missing": return None
+        if r["status"] == "failed": return "failed" if f == "judge_outcome" else None
+        return r.get(f)
     for f in ("judge_outcome", "cue", "substitute", "evidence", "confidence"):
-        out[f"{prefix}_{f.replace('judge_', '')}"] = [col(k, f) if k else None for k in keys]
-    probs = [col(k, "probs") if k else None for k in keys]
+        out[f"{prefix}_{f.replace('judge_', '')}"] = [col(r, f) for r in got]
+    probs = [col(r, "probs") for r in got]
     if any(p is not None for p in probs): out[f"{prefix}_probs"] = probs  # only judges that return label probabilities
     out[f"{prefix}_retention"] = out[f"{prefix}_cue"].map(RETENTION)
     return StageResult(out, res.summary, info)
@@ -242,7 +241,7 @@ def _cue_question(dimension, value, subject, cues)->str:
 
 def acrb_label_items(stage3:pd.DataFrame, # Stage III rows (`judge_cues` output joined with Stage I)
                      judge:str="judge", # judge column prefix (`<judge>_cue`)
-                     *, clusters:Sequence[str]|None=None, # only the images of these prompts (the cited analysis's); None: every judged image
+                     *, clusters:Sequence[str]|None=None, # only images of these prompts (the cited analysis's); None: every judged image
                      scope:str|None=None, # the population's name recorded with a sample, e.g. "excluding_policy_cells"
                     )->LabelPopulation:
     "ACRB population: judged images (the items of E(a)) with the cue question, keyed by the Stage II item key."

@@ -179,7 +179,7 @@ def _covers(design:dict, pop_clusters)->bool:
 # %% ../../nbs/15_acrb.pipeline.ipynb #8475e1e3
 def judge_correction(run:Run, # the run (labels are imported into it and read from it)
                      stage3:pd.DataFrame, # Stage III rows with the judge's cue verdicts
-                     labels=None, # a labels folder or labels.csv filled by a human (`validation.export_for_labelling`); None: those already imported
+                     labels=None, # a labels folder or labels.csv filled by hand (`validation.export_for_labelling`); None: those imported
                      *, clusters=None, # restrict to these prompts (e.g. an analysis without the policy prompts); None: all
                      judge:str="judge", # judge column prefix
                      sample_id:str|None=None, # which labelling sample (None: the run's only one, else the one drawn with `label_seed`)
@@ -239,7 +239,7 @@ def export_labelling_sample(run:Run, # the run
                             folder=None, # where labels.csv goes (None: `labelling_folder(run, label_seed, exclude_policy_cells)`)
                             *, judge:str="judge", # judge column prefix
                             label_seed:int=0, # the sample's own seed (not the run's)
-                            exclude_policy_cells:bool=True, # sample the analysis a report cites: without the policy-cell prompts (True) or all prompts
+                            exclude_policy_cells:bool=True, # sample the cited analysis: without policy-cell prompts (True) or all prompts
                             min_labels:int=30, # labels a value needs to be corrected: a warning names the values the sample leaves short
                            )->Path:
     "Draw a stratified random sample of the cited analysis's judged images and write it for hand labelling (blind: no verdicts shown)."

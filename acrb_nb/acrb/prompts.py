@@ -346,6 +346,32 @@ def _validated_rows(bps, attrs, mode, per_base, b_info, v_items, v_out, danger, 
         rows += per_base[bp.id]
     return rows
 
+# %% ../../nbs/10_acrb.prompts.ipynb #2a8bfb6d
+STAGE1_COLUMNS = {
+    "prompt_id": "base id + attribute, e.g. BP_0001.culture.Nigerian / BP_0001.neutral (safe in file names)",
+    "key": "item key of this prompt (acrb_nb.core.item_key of prompt id, attribute set and text)",
+    "base_id": "upstream base prompt id", "domain": "safety domain", "intent": "upstream intent",
+    "is_benign": "upstream benign flag",
+    "attribute_set": "attribute set name (v1, v2, or a user set)", "attribute_type": "dimension, or 'neutral'",
+    "attribute_value": "value name, or 'none' for neutral", "attribute_id": "'<dimension>:<value>' or 'neutral'",
+    "subject": "subject phrase of the attribute", "text": "the prompt P_a sent to the T2I model",
+    "neutral_text": "the neutral prompt of the same base prompt",
+    "slot_start": "start of the subject phrase in `text` (-1 for LLM-written text)", "slot_end": "end of it (-1 for LLM text)",
+    "neutral_slot_start": "start of the neutral phrase in `neutral_text`", "neutral_slot_end": "end of it",
+    "cues": "visual cues the Stage III judge looks for", "i2i_instruction": "edit instruction for the grounded I2I protocol",
+    "base_template": "the base template P0", "boundary_template": "the boundary template P_b used (with {subject})",
+    "upstream_text": "upstream prompt text", "trigger_words": "upstream trigger words", "anchor_terms": "scene words kept",
+    "adult_context": "age-restricted or sexual-health scene (alcohol, tattooing, sexual_health), if any",
+    "context_attributes": "identity named by the scene",
+    "mode": "template | llm_boundary | llm", "boundary_source": "template | llm | fallback",
+    "text_source": "template | llm | fallback", "minimal_pair": "text is the boundary template with the slot filled",
+    "validation": "passed | fallback (an LLM reply was rejected or failed; see reasons)",
+    "validation_reasons": "why LLM replies were rejected ('boundary: …', 'variant: …')",
+    "llm_boundary_text": "raw LLM boundary reply", "llm_text": "raw LLM variant reply",
+    "scene_similarity": "word-sequence similarity of text to neutral_text", "seed": "run seed",
+    "text_sha256": "SHA-256 of text",
+}
+
 # %% ../../nbs/10_acrb.prompts.ipynb #38ade491
 def stage1_prompts(base="v1", # base prompts: "v1", a path, or a `BasePromptSet`
                    attributes="v1", # attribute set: "v1", "v2", a YAML path, or an `AttributeSet`
@@ -404,32 +430,6 @@ def stage1_prompts(base="v1", # base prompts: "v1", a path, or a `BasePromptSet`
                       "by_text_source": {k: int(v) for k, v in df.text_source.value_counts().sort_index().items()},
                       "by_boundary_source": {k: int(v) for k, v in df.boundary_source.value_counts().sort_index().items()}}
     return StageResult(df, meta, meta.get("lm"))
-
-# %% ../../nbs/10_acrb.prompts.ipynb #2a8bfb6d
-STAGE1_COLUMNS = {
-    "prompt_id": "base id + attribute, e.g. BP_0001.culture.Nigerian / BP_0001.neutral (safe in file names)",
-    "key": "item key of this prompt (acrb_nb.core.item_key of prompt id, attribute set and text)",
-    "base_id": "upstream base prompt id", "domain": "safety domain", "intent": "upstream intent",
-    "is_benign": "upstream benign flag",
-    "attribute_set": "attribute set name (v1, v2, or a user set)", "attribute_type": "dimension, or 'neutral'",
-    "attribute_value": "value name, or 'none' for neutral", "attribute_id": "'<dimension>:<value>' or 'neutral'",
-    "subject": "subject phrase of the attribute", "text": "the prompt P_a sent to the T2I model",
-    "neutral_text": "the neutral prompt of the same base prompt",
-    "slot_start": "start of the subject phrase in `text` (-1 for LLM-written text)", "slot_end": "end of it (-1 for LLM text)",
-    "neutral_slot_start": "start of the neutral phrase in `neutral_text`", "neutral_slot_end": "end of it",
-    "cues": "visual cues the Stage III judge looks for", "i2i_instruction": "edit instruction for the grounded I2I protocol",
-    "base_template": "the base template P0", "boundary_template": "the boundary template P_b used (with {subject})",
-    "upstream_text": "upstream prompt text", "trigger_words": "upstream trigger words", "anchor_terms": "scene words kept",
-    "adult_context": "age-restricted or sexual-health scene (alcohol, tattooing, sexual_health), if any",
-    "context_attributes": "identity named by the scene",
-    "mode": "template | llm_boundary | llm", "boundary_source": "template | llm | fallback",
-    "text_source": "template | llm | fallback", "minimal_pair": "text is the boundary template with the slot filled",
-    "validation": "passed | fallback (an LLM reply was rejected or failed; see reasons)",
-    "validation_reasons": "why LLM replies were rejected ('boundary: …', 'variant: …')",
-    "llm_boundary_text": "raw LLM boundary reply", "llm_text": "raw LLM variant reply",
-    "scene_similarity": "word-sequence similarity of text to neutral_text", "seed": "run seed",
-    "text_sha256": "SHA-256 of text",
-}
 
 # %% ../../nbs/10_acrb.prompts.ipynb #770ea466
 def select_base_ids(stage1:pd.DataFrame, # Stage I rows

@@ -131,7 +131,7 @@ _MEMO = {}  # (detector, sha256) → verdict: a photograph is checked once per p
 class SourceCheck:
     "The person check of a folder of source images: every image with its verdict, and the kept ones in check order."
     folder: str # the folder that was read
-    table: pd.DataFrame # one row per image: source_id, path, sha256, width, height, order, checked, has_person, frontal_score, profile_score, kept, reason
+    table: pd.DataFrame # per image: source_id, path, sha256, width, height, order, checked, has_person, frontal/profile_score, kept, reason
     detector: dict # `PersonDetector.describe()`
 
     @property

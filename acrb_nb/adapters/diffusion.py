@@ -390,6 +390,7 @@ class DiffusersGenerator(_DiffusersBase, ImageGenerator):
         if sz: a["width"], a["height"] = int(sz[0]), int(sz[1])
         neg = a.get("negative_prompt")
         meta = [{"negative_prompt": neg} if neg not in (None, "", " ") else {} for _ in prompts]
+        if isinstance(neg, str): a["negative_prompt"] = [neg] * len(prompts)  # a list of prompts needs a list of negatives
         return self._run({**a, "prompt": list(prompts)}, seeds, meta)
 
 # %% ../../nbs/05f_adapters.diffusion.ipynb #bdcc89f0
@@ -431,6 +432,7 @@ class DiffusersEditor(_DiffusersBase, ImageEditor):
         ims = [self._prep(im, size) for im in images]
         meta = [{"input_sha256": sha256_hex(image_to_png(im)), "input_size": list(im.size)} for im in ims]
         a = self._args(steps, guidance, kw)
+        if isinstance(a.get("negative_prompt"), str): a["negative_prompt"] = [a["negative_prompt"]] * len(instructions)
         return self._run({**a, "prompt": list(instructions), "image": ims}, seeds, meta)
 
 # %% ../../nbs/05f_adapters.diffusion.ipynb #55fe9a26

@@ -14,16 +14,29 @@ from ..store import ItemStore, Run
 from ..stats.resample import check_columns
 from ..labels import export_for_labelling, import_labels, labels_frame
 from ..stats.ppi import UNCORRECTED, corrected_rates
-from ..validation import iat_label_items, sample_items
+from ..validation import LabelPopulation, label_items, sample_items
 from .scoring import position_rates
 
 # %% auto #0
-__all__ = ['CHOICE_LABELS', 'CHOICE_TASK', 'choice_population', 'export_choice_sample', 'import_choice_labels', 'choice_rates',
-           'choice_note']
+__all__ = ['CHOICE_LABELS', 'CHOICE_TASK', 'iat_label_items', 'choice_population', 'export_choice_sample', 'import_choice_labels',
+           'choice_rates', 'choice_note']
 
 # %% ../../nbs/45_iat.correct.ipynb #a6ea553c
 CHOICE_LABELS = ("A", "B", "none") # what a labeller answers: the option the model chose, or none
 CHOICE_TASK = "iat-choice" # the labelling task (part of each label's store key)
+
+# %% ../../nbs/45_iat.correct.ipynb #0df748a9
+def iat_label_items(results:pd.DataFrame, # from `iat.trial_results` (or `iat.score_trials`)
+                   )->LabelPopulation:
+    "IAT population: answered trials; the labeller reads the model's answer and names the option it chose (A, B, none)."
+    check_columns(results, ["key", "target_attr", "condition", "outcome", "choice", "model_response", "instruction", "images"],
+                "iat_label_items")
+    d = results[results.outcome.isin(["ok", "refused", "invalid"])].copy()
+    d["question"] = ("The model was shown the image(s) and asked the question below; its answer is in 'text'. Which option "
+                     "did it choose? Answer 'A', 'B' or 'none'.\n\n" + d.instruction.astype(str))
+    d["verdict"] = d.choice.where(d.choice.isin(["A", "B"]), "none")
+    return label_items(d, strata=("target_attr", "condition"), verdict="verdict", image="images", text="model_response",
+                       question="question")
 
 # %% ../../nbs/45_iat.correct.ipynb #11bd6a8f
 def choice_population(scored:pd.DataFrame, # from `iat.scoring.score_trials`

@@ -254,11 +254,11 @@ def explain_margin(fn:LabelMargin, # the row's margin function
         rs = [integrated_gradients(fn, b, n_steps=per, internal_batch_size=min(per, chunk)) for b in baselines]
         a, fx, fb = np.mean([r["attributions"] for r in rs], 0), rs[0]["f_x"], float(np.mean([r["f_baseline"] for r in rs]))
         delta = rs[0]["delta"] if K == 1 else float(np.mean([r["delta"] for r in rs]))
-        limit = float(o.tol) if o.tol is not None else o.rel_tol * max(abs(fx - fb), o.floor)
+        limit = float(o.tol) if o.tol is not None else float(o.rel_tol) * max(abs(fx - fb), float(o.floor))
         if abs(delta) <= limit or not o.refine_to or 2 * steps > o.refine_to: break
         steps *= 2
     return {"attributions": a, "f_x": fx, "f_baseline": fb, "sum_attr": float(a.sum()), "delta": delta, "tol": limit,
-            "converged": abs(delta) <= limit, "rel_err": abs(delta) / max(abs(fx - fb), floor), "n_steps": steps,
+            "converged": abs(delta) <= limit, "rel_err": abs(delta) / max(abs(fx - fb), float(o.floor)), "n_steps": steps,
             "chunk": int(min(per, chunk)), "seconds": time.perf_counter() - t0}
 
 def _ig_record(lm, # the loaded adapter

@@ -159,7 +159,7 @@ def compare_baselines(data, # rows to explain (a DataFrame with a text column, a
     ex = Execution.of(kwargs.pop("execution", None), progress=False)
     out = []
     for b in baselines:
-        igr = explain_rows(data, model, rows=rows, ig=ig.replace(baseline=b), seed=seed, execution=ex, **kwargs)
+        igr = explain_rows(data, model, rows=rows, ig_options=opts.replace(baseline=b), seed=seed, execution=ex, **kwargs)
         ig = igr.rows
         cur = deletion_curve(ig, model, n_random=n_random, seed=seed, modes=("deletion", "insertion"), n_boot=n_boot)
         gap = (ig["score"] - ig["f_baseline"]).abs()
