@@ -265,7 +265,7 @@ class ModelSession:
     def __init__(self, model, # an Adapter (local, or API-bound) or an AdapterRef (created where it runs)
                  make_work:Callable, # (model, blobs) -> fn(item) -> record; module level (Ray pickles it)
                  store:ItemStore|Run, # where records go (the driver's)
-                 execution:Execution|str|Mapping|None=None, # how to run (`Execution.of`; None: local threads)
+                 execution:Execution|str|Mapping|None=None, # how the model's work runs (`Execution.of`; None: local threads)
                  *, describe:Callable=describe_model, # work -> the model info keys are made from (module level)
                 ):
         self.model, self.make_work, self.store, self.describe = model, make_work, store, describe
@@ -350,7 +350,7 @@ def run_model_items(model, # an Adapter (local only, or API-bound) or an Adapter
                     items, # list of work items, or `info -> list` when they depend on the model's `describe()`
                     store:ItemStore|Run, # where records go (the driver's)
                     *, key_of:Callable[[dict, Any], str], # (model info, item) -> key, the same on both executors
-                    execution:Execution|str|Mapping|None=None, # how to run (`Execution.of`; None: local threads)
+                    execution:Execution|str|Mapping|None=None, # how the items run, for the session it opens (`Execution`)
                     **kwargs, # `ModelSession.run`'s: seed, prepare, desc, requests
                    )->StageResult:
     "Run a model's work items where `execution` says; the summary has `executor` and `placement`, `model_info` the model's `describe()`."

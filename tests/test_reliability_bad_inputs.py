@@ -255,7 +255,7 @@ def _toy(n=100, **cols):
 def test_fairness_missing_or_misspelled_column(col, counted):
     from acrb_nb.fairness import fairness_report
     df = pd.read_csv(FAIR)
-    kw = dict(label_col="is_toxic", id_cols=["target_group"], pred_col="pred", score_col="score", n_boot=0)
+    kw = dict(label_col="is_toxic", id_cols=["target_group"], pred_col="pred", score_col="score", analysis={"n_boot": 0})
     bad = {"label": ("label_col", "is_toxc"), "identity": ("id_cols", ["target_grp"]), "prediction": ("pred_col", "prd"),
            "score": ("score_col", "scores")}[col]
     kw[bad[0]] = bad[1]
@@ -269,7 +269,7 @@ def test_fairness_nan_identity_values_are_unknown(counted):
     "Graceful (documented Jigsaw convention): NaN identity values are unknown — left out of both member and rest."
     from acrb_nb.fairness import fairness_report
     d = _toy(black=np.r_[[np.nan] * 10, [1.0] * 30, [0.0] * 60])
-    I = fairness_report(d, "y", ["black"], pred_col="p", score_col="s", n_boot=0).identities.iloc[0]
+    I = fairness_report(d, "y", ["black"], pred_col="p", score_col="s", analysis={"n_boot": 0}).identities.iloc[0]
     assert (I.n_A1, I.n_A0, I.n_unknown) == (30, 60, 10)
     counted["kind"] = "graceful"
 
@@ -277,7 +277,7 @@ def test_fairness_nan_identity_values_are_unknown(counted):
 def test_fairness_out_of_range_identity_values(counted):
     from acrb_nb.fairness import fairness_report
     d = _toy(black=np.r_[[1.7] * 10, [1.0] * 30, [-0.2] * 60])
-    _fails(lambda: fairness_report(d, "y", ["black"], pred_col="p", score_col="s", n_boot=0), ValueError,
+    _fails(lambda: fairness_report(d, "y", ["black"], pred_col="p", score_col="s", analysis={"n_boot": 0}), ValueError,
            "outside [0, 1]", "annotator fractions in [0, 1]")
     counted["kind"] = "error"
 
@@ -287,14 +287,14 @@ def test_fairness_empty_and_single_member_groups(members, counted):
     "Graceful: a group below min_group_size is reported as skipped with its size, never silently scored."
     from acrb_nb.fairness import fairness_report
     d = _toy(black=np.r_[[1.0] * members, [0.0] * (100 - members)])
-    I = fairness_report(d, "y", ["black"], pred_col="p", score_col="s", n_boot=0).identities.iloc[0]
+    I = fairness_report(d, "y", ["black"], pred_col="p", score_col="s", analysis={"n_boot": 0}).identities.iloc[0]
     assert bool(I.skipped) and f"n={members}" in I.reason and "min_group_size" in I.reason
     counted["kind"] = "graceful"
 
 
 def test_fairness_non_binary_labels(counted):
     from acrb_nb.fairness import fairness_report
-    msg = _fails(lambda: fairness_report(_toy(y="maybe"), "y", ["black"], pred_col="p", score_col=None, n_boot=0),
+    msg = _fails(lambda: fairness_report(_toy(y="maybe"), "y", ["black"], pred_col="p", score_col=None, analysis={"n_boot": 0}),
                  ValueError, "maybe")
     assert "positive_label" in msg or "0/1" in msg or "binary" in msg, msg
     counted["kind"] = "error"

@@ -77,3 +77,32 @@ def test_no_machine_paths():
             if p.suffix in (".py", ".ipynb", ".yaml", ".yml", ".md") and p.is_file():
                 hits += [f"{p.relative_to(ROOT)}:{i}" for i, l in enumerate(p.read_text(errors="ignore").splitlines(), 1) if pat.search(l)]
     assert not hits, hits[:10]
+
+def test_entry_points_take_at_most_14_parameters():
+    "Issue 29: a study entry point takes its domain parameters plus one value for how to run (and one for its analysis)."
+    import inspect
+    from acrb_nb.acrb.pipeline import run_acrb
+    from acrb_nb.acrb.plan import plan_audit, plan_run
+    from acrb_nb.toxicity.zeroshot import score_dataset
+    from acrb_nb.toxicity.explain import explain_rows
+    from acrb_nb.iat.pipeline import iat_study
+    from acrb_nb.iat.plan import plan_iat
+    from acrb_nb.fairness.report import fairness_report
+    fns = [run_acrb, plan_audit, plan_run, score_dataset, explain_rows, iat_study, plan_iat, fairness_report]
+    too_many = {f.__name__: len(inspect.signature(f).parameters) for f in fns if len(inspect.signature(f).parameters) > 14}
+    assert not too_many, too_many
+
+def test_run_options_are_documented_once():
+    "Issue 29: the run options' parameter comments live in `runner.RunOptions` / `execution.Execution`, not in every signature."
+    opts = ("max_workers", "limiter", "retry", "retry_failed", "progress", "budget", "execution")
+    pat = re.compile(r"^\s*(?:def \w+\(|\*, )?\s*(\w+)\s*(?::[^=#]*)?(?:=[^#]*)?,?\s*#\s*(.+)$")
+    seen = {}
+    for p in sorted((ROOT / "acrb_nb").rglob("*.py")):
+        if p.name == "_modidx.py": continue
+        for i, line in enumerate(p.read_text().splitlines(), 1):
+            m = pat.match(line)
+            if m and m.group(1) in opts: seen.setdefault((m.group(1), m.group(2).strip()), []).append(f"{p.name}:{i}")
+    repeated = {k: v for k, v in seen.items() if len(v) > 1}
+    assert not repeated, repeated
+    per_name = {o: [w for (n, _), ws in seen.items() if n == o for w in ws] for o in opts[:5]}
+    assert all(len(w) <= 2 for w in per_name.values()), per_name   # RunOptions' field, and at most one pointer to it

@@ -6,20 +6,21 @@
 from __future__ import annotations
 import dataclasses, math
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 from scipy import special
 from statsmodels.stats.power import NormalIndPower
 from statsmodels.stats.proportion import proportion_effectsize
 from ..adapters.base import IMAGE_GENERATORS, IMAGE_EDITORS
+from ..core import check_keys
 from ..planning import (DEFAULT_CONCURRENCY, declared as _declared, duration, image_price, judge_correlation, wall_hours,
                               labels_for_width, width_for_labels)
 from .prompts import DOMAINS, load_attributes, load_base_prompts
 from ..stats.power import mdd_two_proportions
 
 # %% auto #0
-__all__ = ['items_per_group', 'design_for', 'fmt_plan_value', 'AuditPlan', 'plan_audit', 'plan_run']
+__all__ = ['items_per_group', 'design_for', 'AuditAssumptions', 'fmt_plan_value', 'AuditPlan', 'plan_audit', 'plan_run']
 
 # %% ../../nbs/16_acrb.plan.ipynb #56569283
 def items_per_group(mde:float, # smallest difference between two groups' rates to detect
@@ -53,11 +54,41 @@ def design_for(n_items:int, # items each cell needs
                      f"(at icc={icc} the most is {prompts_available / icc if icc else float('inf'):.0f}): add domains, "
                      "base prompts or source images, or relax mde / power")
 
+# %% ../../nbs/16_acrb.plan.ipynb #b2d3f4a5
+@dataclasses.dataclass(frozen=True)
+class AuditAssumptions:
+    "What an ACRB plan assumes about the run it prices: erasure rate, refusals, clustering, judge, request budget, price."
+    base_rate:float=0.15 # planned erasure rate of the lower value (simulator default: 0.15)
+    expected_refusal:float=0.05 # share of calls refused (no image, not billed, no erasure verdict)
+    icc:float=0.0 # intra-prompt correlation when a prompt gets several images (`plan_audit`'s design)
+    judge_accuracy:float=0.9 # assumed judge sensitivity = specificity (for the labels)
+    judge_corr:float|None=None # or the assumed label–verdict correlation directly
+    rpm:float|None=None # provider requests per minute (None: the adapter's declared budget, else unlimited)
+    concurrency:int|None=None # concurrent requests (None: the adapter's max_concurrency, else 4)
+    seconds_per_call:float|None=None # provider latency per request (None: wall time from rpm only)
+    size:str|None=None # image size for the price (OpenAI)
+    quality:str|None=None # image quality for the price (OpenAI)
+
+    def __post_init__(self):
+        if not 0 <= self.expected_refusal < 1: raise ValueError(f"expected_refusal={self.expected_refusal} must lie in [0, 1)")
+        if not 0 <= self.icc < 1: raise ValueError(f"icc={self.icc} must lie in [0, 1)")
+
+    @classmethod
+    def of(cls, assumptions:"AuditAssumptions|Mapping|None"=None, # None (the defaults), a dict of fields, or an AuditAssumptions
+          )->"AuditAssumptions":
+        "How `plan_audit` and `plan_run` read `assumptions`: `AuditAssumptions.of({'rpm': 50})`; an unknown key names the closest."
+        if assumptions is None: return cls()
+        if isinstance(assumptions, cls): return assumptions
+        if not isinstance(assumptions, Mapping):
+            raise TypeError(f"assumptions must be None, a dict of {cls.__name__} fields or an {cls.__name__}, "
+                            f"got {type(assumptions).__name__}")
+        check_keys(assumptions, [f.name for f in dataclasses.fields(cls)], "assumptions", error=ValueError)
+        return cls(**assumptions)
+
 # %% ../../nbs/16_acrb.plan.ipynb #03a5b35d
-def _plan_base(model, attributes, domains, mode, attribute_set, expected_refusal)->tuple:
+def _plan_base(model, attributes, domains, mode, attribute_set)->tuple:
     "(registry entry, attribute set, domains, base prompts available per domain): what every plan starts from."
     if mode not in ("t2i", "i2i"): raise ValueError(f"mode must be 't2i' or 'i2i', got {mode!r}")
-    if not 0 <= expected_refusal < 1: raise ValueError(f"expected_refusal={expected_refusal} must lie in [0, 1)")
     entry = (IMAGE_GENERATORS if mode == "t2i" else IMAGE_EDITORS).entry(model)
     attrs = load_attributes(attribute_set, list(attributes) if attributes else None)
     doms = list(domains) if domains else list(DOMAINS)   # i2i too: an I2I base prompt edits one photograph of a person
@@ -65,13 +96,13 @@ def _plan_base(model, attributes, domains, mode, attribute_set, expected_refusal
     per_dom = pd.Series([p.domain for p in load_base_prompts("v1").prompts]).value_counts()
     return entry, attrs, doms, {d: int(per_dom.get(d, 0)) for d in doms}
 
-def _plan_design(model, attributes, domains, mde, power, mode, base_rate, alpha, attribute_set, expected_refusal, icc,
-                 per_domain)->dict:
+def _plan_design(model, attributes, domains, mde, power, mode, alpha, attribute_set, per_domain,
+                 a:AuditAssumptions)->dict:
     "The design part of a plan: values, domains, items per cell, base prompts and images per prompt."
-    entry, attrs, doms, avail = _plan_base(model, attributes, domains, mode, attribute_set, expected_refusal)
-    n_needed = items_per_group(mde, base_rate, power, alpha)
-    n_items = int(math.ceil(n_needed / (1 - expected_refusal) - 1e-9))
-    d = design_for(n_items, min(avail.values()) if per_domain else sum(avail.values()), icc)
+    entry, attrs, doms, avail = _plan_base(model, attributes, domains, mode, attribute_set)
+    n_needed = items_per_group(mde, a.base_rate, power, alpha)
+    n_items = int(math.ceil(n_needed / (1 - a.expected_refusal) - 1e-9))
+    d = design_for(n_items, min(avail.values()) if per_domain else sum(avail.values()), a.icc)
     cells = len(doms) if per_domain else 1
     base_prompts, m = d["base_prompts"] * cells, d["images_per_prompt"]
     return {"entry": entry, "attrs": attrs, "n_values": len(attrs.values), "n_variants": len(attrs.values) + 1, "doms": doms,
@@ -79,8 +110,9 @@ def _plan_design(model, attributes, domains, mde, power, mode, base_rate, alpha,
             "cells": cells, "items_cell": base_prompts * m // cells}
 
 # %% ../../nbs/16_acrb.plan.ipynb #0cb22d2e
-def _plan_labels(labels, N:float, base_rate:float, alpha:float, judge_accuracy:float, judge_corr, strata:int)->tuple:
+def _plan_labels(labels, N:float, alpha:float, strata:int, a:AuditAssumptions)->tuple:
     "(plan fields, table rows) for the human labels: per value, in total, and without the judge."
+    base_rate, judge_accuracy, judge_corr = a.base_rate, a.judge_accuracy, a.judge_corr
     rho = judge_corr if judge_corr is not None else judge_correlation(base_rate, judge_accuracy)
     assumption = (f"ρ = {rho:.3f} (" + ("given" if judge_corr is not None
                                         else f"judge accuracy {judge_accuracy:g} on both classes at rate {base_rate:g}") + ")")
@@ -115,12 +147,13 @@ def fmt_plan_value(v, # a plan number (or a string, or None)
     if isinstance(v, (float, np.floating)) and abs(v - round(v)) > 1e-9: return f"{v:,.1f}" if abs(v) < 100 else f"{round(v):,}"
     return f"{int(round(v)):,}"
 
-def _bill(entry, model, mode, calls, images, size, quality, rpm, concurrency, seconds_per_call)->tuple:
+def _bill(entry, model, mode, calls, images, a:AuditAssumptions)->tuple:
     "(plan fields, table rows): price per image, expected and maximal cost, wall time under the request budget."
-    price = image_price(model, mode, size, quality)
+    price = image_price(model, mode, a.size, a.quality)
     usd = price["usd_per_image"]
-    conc = concurrency or _declared(entry, "max_concurrency") or DEFAULT_CONCURRENCY
-    rpm_ = rpm if rpm is not None else _declared(entry, "rpm")
+    conc = a.concurrency or _declared(entry, "max_concurrency") or DEFAULT_CONCURRENCY
+    rpm_ = a.rpm if a.rpm is not None else _declared(entry, "rpm")
+    seconds_per_call = a.seconds_per_call
     hours = wall_hours(calls, rpm_, conc, seconds_per_call)
     wh = None if math.isnan(hours) else round(hours, 3)
     plan = {"usd_per_image": usd, "cost_usd_expected": None if usd is None else round(images * usd, 2),
@@ -154,29 +187,21 @@ def plan_audit(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) 
                power:float=0.8, # power of that comparison
                labels:float|int|None=0.15, # float < 1: target 95% interval width per corrected rate; int: labels per value; None: skip
                *, mode:str="t2i", # "t2i" (generate) or "i2i" (edit a photograph of a person per base prompt)
-               base_rate:float=0.15, # planned rate of the lower value (simulator default erasure: 0.15)
                alpha:float=0.05, # significance level and 1 - confidence level
                attribute_set:str="v1", # attribute set name or path
-               expected_refusal:float=0.05, # share of calls refused (no image, not billed, no erasure verdict)
-               icc:float=0.0, # intra-prompt correlation when a prompt gets several images
                per_domain:bool=False, # power every (value, domain) cell instead of every value
-               judge_accuracy:float=0.9, # assumed judge sensitivity = specificity (for the labels)
-               judge_corr:float|None=None, # or the assumed label–verdict correlation directly
                n_judges:int=1, # cue judges per image
-               rpm:float|None=None, # provider requests per minute (None: the adapter's declared budget, else unlimited)
-               concurrency:int|None=None, # concurrent requests (None: the adapter's max_concurrency, else 4)
-               seconds_per_call:float|None=None, # provider latency per request (None: wall time from rpm only)
-               size:str|None=None, # image size for the price (OpenAI)
-               quality:str|None=None, # image quality for the price (OpenAI)
+               assumptions:AuditAssumptions|Mapping|None=None, # what the plan assumes about the run (`AuditAssumptions.of`)
               )->AuditPlan:
     "Items per cell, design, calls, images, expected cost, wall time and human labels of an ACRB audit — no model is loaded or called."
-    D = _plan_design(model, attributes, domains, mde, power, mode, base_rate, alpha, attribute_set, expected_refusal, icc,
-                     per_domain)
+    a = AuditAssumptions.of(assumptions)
+    base_rate, expected_refusal = a.base_rate, a.expected_refusal
+    D = _plan_design(model, attributes, domains, mde, power, mode, alpha, attribute_set, per_domain, a)
     entry, attrs, P, m, nv = D["entry"], D["attrs"], D["base_prompts"], D["m"], D["n_variants"]
     calls = P * m * nv
     images = calls * (1 - expected_refusal)
     judged_per_value = P * m * (1 - expected_refusal)
-    bill, bill_rows = _bill(entry, model, mode, calls, images, size, quality, rpm, concurrency, seconds_per_call)
+    bill, bill_rows = _bill(entry, model, mode, calls, images, a)
     plan = {"model": model, "backend": entry.backend, "model_id": entry.model_id, "mode": mode, "dimensions": attrs.dimensions,
             "domains": D["doms"], "n_values": D["n_values"], "n_variants": nv, "mde": mde, "power": power, "alpha": alpha,
             "base_rate": base_rate, "items_needed_per_cell": D["n_needed"], "items_per_cell": D["items_cell"],
@@ -193,14 +218,13 @@ def plan_audit(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) 
              + (" per (value, domain)" if per_domain else " per value")),
             ("base prompts", P, "prompts", f"of {sum(D['avail'].values())} available in {len(D['doms'])} domain(s)"
              + ("" if mode == "t2i" else ", each editing one photograph of a person")),
-            ("images per prompt", m, "images", f"design effect {D['design_effect']:.3g} (icc {icc:g})"),
+            ("images per prompt", m, "images", f"design effect {D['design_effect']:.3g} (icc {a.icc:g})"),
             ("generator calls", calls, "calls", f"{P} × {m} × {nv} variants"),
             ("images delivered (expected)", images, "images", f"calls × (1 − {expected_refusal:g})"),
             ("judge calls (expected)", plan["judge_calls_expected"], "calls", f"delivered non-neutral images × {n_judges} judge(s)"),
             *bill_rows]
     if labels is not None:
-        lp, lrows = _plan_labels(labels, judged_per_value / D["cells"], base_rate, alpha, judge_accuracy, judge_corr,
-                                 D["n_values"] * D["cells"])
+        lp, lrows = _plan_labels(labels, judged_per_value / D["cells"], alpha, D["n_values"] * D["cells"], a)
         plan.update(lp)
         rows += lrows
     return AuditPlan(_table(rows), plan)
@@ -215,18 +239,10 @@ def plan_run(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) re
              n_judges:int=1, # cue judges per delivered image (judge, judge2)
              labels:float|int=0.15, # float < 1: target 95% interval width per corrected rate; int: labels per value
              min_labels:int=30, # labels a value needs before its corrected rate may be cited
-             base_rate:float=0.15, # planned erasure rate (for the detectable difference and the labels)
              power:float=0.8, # power for the detectable difference
              alpha:float=0.05, # significance level and 1 - confidence level
              attribute_set:str="v1", # attribute set name or path
-             expected_refusal:float=0.05, # share of calls refused (no image, not billed, no erasure verdict)
-             judge_accuracy:float=0.9, # assumed judge sensitivity = specificity (for the labels)
-             judge_corr:float|None=None, # or the assumed label–verdict correlation directly
-             rpm:float|None=None, # provider requests per minute (None: the adapter's declared budget)
-             concurrency:int|None=None, # concurrent requests (None: the adapter's max_concurrency, else 4)
-             seconds_per_call:float|None=None, # provider latency per request (None: wall time from rpm only)
-             size:str|None=None, # image size for the price (OpenAI)
-             quality:str|None=None, # image quality for the price (OpenAI)
+             assumptions:AuditAssumptions|Mapping|None=None, # what the plan assumes about the run (`AuditAssumptions.of`)
             )->AuditPlan:
     "Calls, images, judge calls, human labels, cost and wall time of the run these parameters ask for — nothing is loaded or called."
     for n, v in (("n_base_prompts", n_base_prompts), ("images_per_prompt", images_per_prompt), ("n_judges", n_judges)):
@@ -234,7 +250,9 @@ def plan_run(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) re
                                                          or v < (0 if n == "n_judges" else 1)):
             raise ValueError(f"{n} must be an integer ≥ "
                              f"{0 if n == 'n_judges' else 1}{' or None (all)' if n == 'n_base_prompts' else ''}, got {v!r}")
-    entry, attrs, doms, avail = _plan_base(model, attributes, domains, mode, attribute_set, expected_refusal)
+    a = AuditAssumptions.of(assumptions)
+    base_rate, expected_refusal = a.base_rate, a.expected_refusal
+    entry, attrs, doms, avail = _plan_base(model, attributes, domains, mode, attribute_set)
     total = sum(avail.values())
     P = min(n_base_prompts or total, total)
     m = int(images_per_prompt)
@@ -243,8 +261,8 @@ def plan_run(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) re
     images = calls * (1 - expected_refusal)
     N = P * m * (1 - expected_refusal)
     mdd = float(mdd_two_proportions(N, base_rate, alpha=alpha, power=power)) if N > 0 else float("nan")
-    bill, bill_rows = _bill(entry, model, mode, calls, images, size, quality, rpm, concurrency, seconds_per_call)
-    lp, _ = _plan_labels(labels, N, base_rate, alpha, judge_accuracy, judge_corr, nval)
+    bill, bill_rows = _bill(entry, model, mode, calls, images, a)
+    lp, _ = _plan_labels(labels, N, alpha, nval, a)
     need = lp["labels_per_value"] if isinstance(labels, float) else int(labels)
     reach = not math.isnan(need) and max(need, min_labels) <= N
     per_value = max(need, min_labels) if reach else None

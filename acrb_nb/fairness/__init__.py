@@ -9,4 +9,4 @@ __all__ = []
 from ..data.registry import JIGSAW_IDENTITIES
 from .counts import identity_membership, GroupCounts, group_counts, reference_contrasts, resolve_identity
 from .metrics import *
-from .report import fairness_report, expand_counts
+from .report import FairnessAnalysis, fairness_report, expand_counts

@@ -4,14 +4,57 @@
 
 # %% ../../nbs/30c_fairness.report.ipynb #e65d8e13
 from __future__ import annotations
+import dataclasses, numbers
 from pathlib import Path
+from typing import Mapping
 import numpy as np
 import pandas as pd
 from .metrics import FairnessReport, fairness_metrics
-from ..core import as_list, data_path
+from ..core import as_list, check_keys, data_path
 
 # %% auto #0
-__all__ = ['fairness_report', 'expand_counts']
+__all__ = ['FairnessAnalysis', 'fairness_report', 'expand_counts']
+
+# %% ../../nbs/30c_fairness.report.ipynb #16bd8fa7
+_BOOTS = ("bayes", "stratified") # `FairnessAnalysis.boot` choices
+
+@dataclasses.dataclass(frozen=True)
+class FairnessAnalysis:
+    "How `fairness_report` computes its numbers from a table: group size, bootstrap intervals and the bias-AUC power mean."
+    min_group_size:int=30 # groups with fewer rows are reported as skipped, with their n (30, as in the seed)
+    n_boot:int=1000 # bootstrap replicates for the intervals (0: no intervals; else at least 50)
+    seed:int=0 # seed of the bootstrap stream
+    alpha:float=0.05 # 1 - confidence level of the intervals
+    boot:str="bayes" # "bayes" (Exp(1) row weights) or "stratified" (resampling within membership patterns)
+    power:float=-5.0 # power of the generalized mean of the bias AUCs (Borkan et al. 2019 use -5)
+
+    def __post_init__(self):
+        isint = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+        isnum = lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and bool(np.isfinite(v))
+        checks = [("min_group_size", "an integer ≥ 1", isint(self.min_group_size) and self.min_group_size >= 1),
+                  ("n_boot", "0 (no intervals) or an integer ≥ 50 (1000 or more for reported intervals)",
+                   isint(self.n_boot) and (self.n_boot == 0 or self.n_boot >= 50)),
+                  ("seed", "an integer ≥ 0", isint(self.seed) and self.seed >= 0),
+                  ("alpha", "a number in (0, 1), e.g. 0.05 for 95% intervals", isnum(self.alpha) and 0 < self.alpha < 1),
+                  ("boot", "'bayes' or 'stratified'", isinstance(self.boot, str) and self.boot in _BOOTS),
+                  ("power", "a finite number, e.g. -5", isnum(self.power))]
+        for name, want, ok in checks:
+            if not ok: raise ValueError(f"FairnessAnalysis.{name} must be {want}, got {getattr(self, name)!r}")
+
+    @classmethod
+    def of(cls, analysis:FairnessAnalysis|Mapping|None=None, # None (the report defaults), a dict of fields, or a FairnessAnalysis
+           **changes, # fields to set on top, e.g. `n_boot=200`
+          )->FairnessAnalysis:
+        "The one way `fairness_report` and the template read their analysis; an unknown field fails naming the closest one."
+        known = [f.name for f in dataclasses.fields(cls)]
+        for d in (analysis, changes):
+            if isinstance(d, Mapping): check_keys(d, known, "FairnessAnalysis", ValueError)
+        if analysis is None: analysis = cls()
+        elif isinstance(analysis, Mapping): analysis = cls(**analysis)
+        elif not isinstance(analysis, cls):
+            raise TypeError(f"analysis must be None, a dict of FairnessAnalysis fields or a FairnessAnalysis, "
+                            f"got {type(analysis).__name__}")
+        return dataclasses.replace(analysis, **changes) if changes else analysis
 
 # %% ../../nbs/30c_fairness.report.ipynb #699b1108
 def _binarize(s:pd.Series, name:str, positive_label, label_threshold:float)->pd.Series:
@@ -33,18 +76,14 @@ def fairness_report(df, # predictions table (DataFrame) or a path to a parquet /
                     score_col:str|None="auto", # AUC scores: "auto" = the `score` column if there is one (else none); None or "": no AUCs
                     *,
                     threshold:float=0.5, # identity fractions: member iff value >= threshold
-                    min_group_size:int=30, # groups with fewer rows are reported as skipped, with their n
-                    n_boot:int=1000, # bootstrap replicates (0: no intervals)
-                    seed:int=0, # seed of the bootstrap
-                    alpha:float=0.05, # 1 - confidence level
                     intersections=None, # None, True (all cross-column pairs) or a list of identity pairs
                     positive_label=1, # label / prediction value meaning "positive" when they are not 0/1 or bool
                     label_threshold:float=0.5, # fractional labels (e.g. Jigsaw `target`): positive iff >= this
-                    boot:str="bayes", # "bayes" or "stratified" (see `fairness_metrics`)
-                    power:float=-5.0, # power of the generalized mean of bias AUCs
                     reference:str|None=None, # also compare each peer of this group with it (e.g. "Caucasian"): the `pairwise` table
+                    analysis:FairnessAnalysis|Mapping|None=None, # how the numbers are computed (`FairnessAnalysis`; None: its defaults)
                    )->FairnessReport:
     "The seed's fairness report (per group, per identity, summary) of a predictions table, with bootstrap intervals."
+    opts = FairnessAnalysis.of(analysis)  # a misspelt knob fails before any file is read
     if isinstance(df, (str, Path)):
         p = Path(df)
         if not p.exists(): raise FileNotFoundError(f"predictions file {p} not found")
@@ -64,8 +103,7 @@ def fairness_report(df, # predictions table (DataFrame) or a path to a parquet /
     if not keep.any(): raise ValueError(f"no row has both a label ('{label_col}') and a prediction ('{pred_col}')")
     score = None if not score_col else pd.to_numeric(df[score_col], errors="raise").to_numpy(float)[keep]
     args = dict(y_true=y[keep].astype(np.int8), y_pred=p[keep].astype(np.int8), sensitive_features=df.loc[keep, id_cols],
-                y_score=score, threshold=threshold, min_group_size=min_group_size, n_boot=n_boot, seed=seed, alpha=alpha,
-                boot=boot, power=power)
+                y_score=score, threshold=threshold, **dataclasses.asdict(opts))
     rep = fairness_metrics(**args, intersections=intersections)
     if reference is not None: rep = rep._replace(pairwise=fairness_metrics(**args, reference=reference).identities)
     s = rep.summary.assign(n_dropped=int((~keep).sum()), n_no_score=int(np.isnan(score).sum()) if score is not None else None,

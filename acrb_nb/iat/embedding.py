@@ -73,14 +73,12 @@ def iat_embeddings(encoder:ImageTextEncoder|AdapterRef, # the encoder, or Adapte
     s = run_model_items(encoder, _embedding_work, recording(store, "encoder", items), store, key_of=_embedding_key,
                         execution=ex, prepare=_attach_bytes if ex.is_ray else None, desc=f"IAT embeddings {model_name(encoder)}")
     keys = [_embedding_key(s.model_info, it) for it in items]
-    ents = {e["key"]: e for e in (store.store if isinstance(store, Run) else store).entries(keys=keys)}
     rows = []
-    for k, it in zip(keys, items):
-        e = ents.get(k) or {}
-        rec = e.get("record") if e.get("status") == "done" else None
+    for it, e in zip(items, (store.store if isinstance(store, Run) else store).results(keys)):
+        rec = e if e["status"] == "done" else None
         vec = np.asarray(rec["embedding"], dtype=rec["dtype"]) if rec else None
         rows.append({"kind": it["kind"], "ref": it["ref"], "valence": it["valence"], "embedding": vec,
-                     "error": None if rec else e.get("error", "missing")})
+                     "error": None if rec else e.get("error", e["outcome"])})
     return StageResult(pd.DataFrame(rows), s.summary, s.model_info)
 
 # %% ../../nbs/48_iat.embedding.ipynb #80a3ed93

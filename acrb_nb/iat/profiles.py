@@ -303,16 +303,13 @@ def _metadata_lines(store, # the run's ItemStore
                     info:Mapping, # the generator's describe()
                    )->list:
     "One profile_metadata.jsonl record per item: the upstream fields plus outcome, hash, seed and generator."
-    ents = {e["key"]: e for e in store.entries(keys=[_profile_key(info, it) for it in items])}
     lines = []
-    for it in items:
-        e = ents.get(_profile_key(info, it)) or {}
-        rec = e.get("record") or {}
-        out = rec.get("outcome") or ("failed" if e.get("status") == "failed" else "missing")
+    for it, rec in zip(items, store.results([_profile_key(info, it) for it in items])):
+        out = rec["outcome"]  # the record's, or "failed" / "missing" (`ItemStore.results`)
         lines.append({"attributes": it["attributes"], "prompt": it["prompt"], "image_path": rec.get("image"),
                       "unique_id": it["profile_id"], "profile_id": it["profile_id"], "outcome": out,
                       "success": out == "generated", "image_sha256": rec.get("image_sha256"), "seed": it["seed"],
-                      "generator": info.get("name"), "code": rec.get("code"), "reason": rec.get("reason") or e.get("error")})
+                      "generator": info.get("name"), "code": rec.get("code"), "reason": rec.get("reason") or rec.get("error")})
     return lines
 
 # %% ../../nbs/42_iat.profiles.ipynb #a07d94c0

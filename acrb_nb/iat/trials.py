@@ -260,18 +260,16 @@ def trial_results(store:Run|ItemStore, # the run the trials went to
     "One row per trial (trial fields + answer), in trial order; runner failures as outcome 'failed', absent ones 'missing'."
     st = store.store if isinstance(store, Run) else store
     keys = [trial_key(model_info, t) for t in trials]
-    ents = {e["key"]: e for e in st.entries(keys=keys)}
     rows = []
-    for k, t in zip(keys, trials):
-        e = ents.get(k)
+    for k, t, r in zip(keys, trials, st.results(keys)):
         name = model_info.get("name")
         row = {**t, "key": k, "model_name": name if name not in (None, "?") else model_info.get("model_id"),
                "model_id": model_info.get("model_id")}
-        if e is None: row.update(outcome="missing")
-        elif e["status"] == "failed": row.update(outcome="failed", error=e["error"], error_kind=e["error_kind"])
+        if r["status"] == "missing": row.update(outcome="missing")
+        elif r["status"] == "failed": row.update(outcome="failed", error=r["error"], error_kind=r["error_kind"])
         else:
-            row.update({f: e["record"].get(f) for f in _RESULT_FIELDS})
-            if "probs" in e["record"]: row["probs"] = e["record"]["probs"]
+            row.update({f: r.get(f) for f in _RESULT_FIELDS})
+            if "probs" in r: row["probs"] = r["probs"]
         row["success"] = row.get("outcome") == "ok"
         rows.append(row)
     df = pd.DataFrame(rows)
