@@ -15,7 +15,7 @@ __all__ = ['REDACTED', 'KEY_PATTERNS', 'KEY_PACKAGES', 'freeze', 'thaw', 'canoni
            'item_key', 'secret_values', 'is_credential_name', 'check_no_secrets', 'redact', 'rng', 'seed_int',
            'safe_name', 'as_list', 'RunSpec', 'git_info', 'package_versions', 'environment_info', 'utcnow',
            'atomic_write', 'data_path', 'indefinite_article', 'capitalize_first', 'ConfigError', 'ConfigMapping',
-           'parse_yaml', 'read_yaml', 'check_keys', 'peak_rss_gb', 'PeakMemory']
+           'parse_yaml', 'read_yaml', 'check_keys', 'Options', 'peak_rss_gb', 'PeakMemory']
 
 # %% ../nbs/00_core.ipynb #84acb545
 def freeze(o, # a JSON-like value: dicts, lists, tuples, scalars
@@ -405,6 +405,36 @@ def check_keys(d, # a mapping from a configuration (a `ConfigMapping` adds the k
     hints = {k: difflib.get_close_matches(str(k), [str(a) for a in allowed], n=1) for k in extra}
     hint = "".join(f" ('{k}': did you mean '{h[0]}'?)" for k, h in hints.items() if h)
     raise error(f"{where}: unknown key(s) {extra}{at}{hint}; allowed keys are {sorted(map(str, allowed))}")
+
+# %% ../nbs/00_core.ipynb #7d6236b0
+class Options:
+    "Base of a frozen options dataclass: `.of(None | dict | instance, **changes)`, `.names()`, `.replace`, `.to_dict`."
+    @classmethod
+    def of(cls, x=None, # None (the defaults), a dict of the class's fields, or an instance
+           **changes, # fields to set on top
+          ):
+        "The one way a study function reads its options; an unknown field fails naming its close match."
+        if x is None: x = cls()
+        elif isinstance(x, Mapping):
+            check_keys(x, cls.names(), cls.__name__, ValueError)
+            x = cls(**x)
+        elif not isinstance(x, cls):
+            raise TypeError(f"{cls.__name__}.of takes None, a dict of {cls.__name__} fields or a {cls.__name__}, "
+                            f"got {type(x).__name__}")
+        if not changes: return x
+        check_keys(changes, cls.names(), cls.__name__, ValueError)
+        return dataclasses.replace(x, **changes)
+
+    @classmethod
+    def names(cls)->list:
+        "The field names."
+        return [f.name for f in dataclasses.fields(cls)]
+    def replace(self, **changes):
+        "A copy with `changes` (checked as in `of`)."
+        return type(self).of(self, **changes)
+    def to_dict(self)->dict:
+        "The fields as plain data (a manifest, a template's parameters)."
+        return dataclasses.asdict(self)
 
 # %% ../nbs/00_core.ipynb #eef2e3f3
 def _status_kb(field:str)->int|None:

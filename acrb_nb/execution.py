@@ -83,11 +83,6 @@ LOCAL = Execution()
 def is_ray(self:Execution)->bool: return self.executor == "ray"
 
 @patch
-def replace(self:Execution, **changes)->Execution:
-    "A copy with `changes` (e.g. `progress=False` for one stage)."
-    return Execution.of(self, **changes)
-
-@patch
 def to_dict(self:Execution)->dict:
     "JSON-ready fields for a run's manifest (the limiter object is named, not serialized)."
     d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "limiter"}

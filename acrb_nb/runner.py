@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from fastcore.basics import patch
 from fastcore.meta import delegates
-from .core import item_key, rng as _rng, redact
+from .core import item_key, rng as _rng, redact, Options
 from .store import ItemStore, Run
 
 # %% auto #0
@@ -170,7 +170,7 @@ def rate_limiter(provider:str, # e.g. "openai", "google"
 
 # %% ../nbs/02_runner.ipynb #638623e5
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class RunOptions:
+class RunOptions(Options):
     "How a run's items are worked through on any executor. Not part of a RunSpec: no key depends on it."
     max_workers:int|None=None # threads (None: the budget's concurrency, else the adapter's `max_concurrency`, else 4; `run_items` alone: 8)
     limiter:RateLimiter|None=dataclasses.field(default=None, compare=False) # one provider rate limiter for the calls (`rate_limiter`)
@@ -185,16 +185,6 @@ class RunOptions:
         if isinstance(self.retry, Mapping): object.__setattr__(self, "retry", RetryPolicy(**self.retry))
         if not isinstance(self.retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy or a dict of its fields, got {type(self.retry).__name__}")
-
-    @classmethod
-    def of(cls, options:"RunOptions|None"=None, # options to start from (an `Execution` too); None: the defaults
-           **changes, # fields to set on top, e.g. `progress=False`
-          )->"RunOptions":
-        "`options` with `changes`: how `run_items` and the Ray loop read their keywords."
-        known = {f.name for f in dataclasses.fields(options if options is not None else cls)}
-        if bad := sorted(set(changes) - known): raise TypeError(f"unknown run options {bad}; known: {sorted(known)}")
-        base = options if options is not None else cls()
-        return dataclasses.replace(base, **changes) if changes else base
 
 # %% ../nbs/02_runner.ipynb #13929169
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -4,12 +4,12 @@
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #a810a1fe
 from __future__ import annotations
-import dataclasses, difflib, json, os, warnings
+import dataclasses, json, os, warnings
 from pathlib import Path
 from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
-from ..core import RunSpec, rng, atomic_write, as_list
+from ..core import RunSpec, rng, atomic_write, as_list, Options
 from ..store import Run
 from ..adapters.base import (IMAGE_GENERATORS, IMAGE_EDITORS, VISION_JUDGES, IMAGE_TEXT_ENCODERS, TEXT_LMS)
 from .prompts import stage1_prompts, load_attributes, write_stage1, select_base_ids, DOMAINS, load_base_prompts
@@ -271,7 +271,7 @@ def _export_labels(run, s3, n, label_seed, exclude_policy_cells, min_labels)->Pa
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #b8e267ba
 @dataclasses.dataclass(frozen=True)
-class AnalysisOptions:
+class AnalysisOptions(Options):
     """How an ACRB run's items become its numbers: intervals and tests, the analysis a report cites, and the judge
     correction with hand labels. Not part of a RunSpec — changing it re-analyses the stored items and calls no model."""
     n_boot:int=2000 # bootstrap resamples for intervals
@@ -288,25 +288,6 @@ class AnalysisOptions:
             v = getattr(self, n)
             if (v is not None or n != "export_labels") and not (isint(v) and v >= lo):
                 raise ValueError(f"{n} must be an integer ≥ {lo}{' or None' if n == 'export_labels' else ''}, got {v!r}")
-
-    @classmethod
-    def of(cls, analysis:"AnalysisOptions|Mapping|None"=None, # None (the defaults), a dict of fields, or an AnalysisOptions
-           **changes, # fields to set on top
-          )->"AnalysisOptions":
-        "The one way `run_acrb`, the template and the CLI read their analysis options; unknown names fail with the known ones."
-        a = analysis if isinstance(analysis, AnalysisOptions) else cls(**_known(cls, analysis or {}))
-        return dataclasses.replace(a, **_known(cls, changes)) if changes else a
-
-def _known(cls, d:Mapping)->dict:
-    "`d` if every key is a field of the dataclass `cls`, else an error naming the unknown keys and the close matches."
-    if not isinstance(d, Mapping): raise TypeError(f"{cls.__name__}: give a dict of its fields, got {type(d).__name__}")
-    known = [f.name for f in dataclasses.fields(cls)]
-    for k in d:
-        if k not in known:
-            near = difflib.get_close_matches(k, known, n=2)
-            raise ValueError(f"unknown {cls.__name__} field {k!r}" + (f"; did you mean {' or '.join(map(repr, near))}?" if near
-                                                                   else "") + f" Known: {known}")
-    return dict(d)
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #aa920143
 @dataclasses.dataclass

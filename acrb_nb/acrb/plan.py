@@ -13,7 +13,7 @@ from scipy import special
 from statsmodels.stats.power import NormalIndPower
 from statsmodels.stats.proportion import proportion_effectsize
 from ..adapters.base import IMAGE_GENERATORS, IMAGE_EDITORS
-from ..core import check_keys
+from ..core import check_keys, Options
 from ..planning import (DEFAULT_CONCURRENCY, declared as _declared, duration, image_price, judge_correlation, wall_hours,
                               labels_for_width, width_for_labels)
 from .prompts import DOMAINS, load_attributes, load_base_prompts
@@ -56,7 +56,7 @@ def design_for(n_items:int, # items each cell needs
 
 # %% ../../nbs/16_acrb.plan.ipynb #b2d3f4a5
 @dataclasses.dataclass(frozen=True)
-class AuditAssumptions:
+class AuditAssumptions(Options):
     "What an ACRB plan assumes about the run it prices: erasure rate, refusals, clustering, judge, request budget, price."
     base_rate:float=0.15 # planned erasure rate of the lower value (simulator default: 0.15)
     expected_refusal:float=0.05 # share of calls refused (no image, not billed, no erasure verdict)
@@ -72,18 +72,6 @@ class AuditAssumptions:
     def __post_init__(self):
         if not 0 <= self.expected_refusal < 1: raise ValueError(f"expected_refusal={self.expected_refusal} must lie in [0, 1)")
         if not 0 <= self.icc < 1: raise ValueError(f"icc={self.icc} must lie in [0, 1)")
-
-    @classmethod
-    def of(cls, assumptions:"AuditAssumptions|Mapping|None"=None, # None (the defaults), a dict of fields, or an AuditAssumptions
-          )->"AuditAssumptions":
-        "How `plan_audit` and `plan_run` read `assumptions`: `AuditAssumptions.of({'rpm': 50})`; an unknown key names the closest."
-        if assumptions is None: return cls()
-        if isinstance(assumptions, cls): return assumptions
-        if not isinstance(assumptions, Mapping):
-            raise TypeError(f"assumptions must be None, a dict of {cls.__name__} fields or an {cls.__name__}, "
-                            f"got {type(assumptions).__name__}")
-        check_keys(assumptions, [f.name for f in dataclasses.fields(cls)], "assumptions", error=ValueError)
-        return cls(**assumptions)
 
 # %% ../../nbs/16_acrb.plan.ipynb #03a5b35d
 def _plan_base(model, attributes, domains, mode, attribute_set)->tuple:

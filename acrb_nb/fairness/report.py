@@ -10,7 +10,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 from .metrics import FairnessReport, fairness_metrics
-from ..core import as_list, check_keys, data_path
+from ..core import as_list, check_keys, data_path, Options
 
 # %% auto #0
 __all__ = ['FairnessAnalysis', 'fairness_report', 'expand_counts']
@@ -19,7 +19,7 @@ __all__ = ['FairnessAnalysis', 'fairness_report', 'expand_counts']
 _BOOTS = ("bayes", "stratified") # `FairnessAnalysis.boot` choices
 
 @dataclasses.dataclass(frozen=True)
-class FairnessAnalysis:
+class FairnessAnalysis(Options):
     "How `fairness_report` computes its numbers from a table: group size, bootstrap intervals and the bias-AUC power mean."
     min_group_size:int=30 # groups with fewer rows are reported as skipped, with their n (30, as in the seed)
     n_boot:int=1000 # bootstrap replicates for the intervals (0: no intervals; else at least 50)
@@ -40,21 +40,6 @@ class FairnessAnalysis:
                   ("power", "a finite number, e.g. -5", isnum(self.power))]
         for name, want, ok in checks:
             if not ok: raise ValueError(f"FairnessAnalysis.{name} must be {want}, got {getattr(self, name)!r}")
-
-    @classmethod
-    def of(cls, analysis:FairnessAnalysis|Mapping|None=None, # None (the report defaults), a dict of fields, or a FairnessAnalysis
-           **changes, # fields to set on top, e.g. `n_boot=200`
-          )->FairnessAnalysis:
-        "The one way `fairness_report` and the template read their analysis; an unknown field fails naming the closest one."
-        known = [f.name for f in dataclasses.fields(cls)]
-        for d in (analysis, changes):
-            if isinstance(d, Mapping): check_keys(d, known, "FairnessAnalysis", ValueError)
-        if analysis is None: analysis = cls()
-        elif isinstance(analysis, Mapping): analysis = cls(**analysis)
-        elif not isinstance(analysis, cls):
-            raise TypeError(f"analysis must be None, a dict of FairnessAnalysis fields or a FairnessAnalysis, "
-                            f"got {type(analysis).__name__}")
-        return dataclasses.replace(analysis, **changes) if changes else analysis
 
 # %% ../../nbs/30c_fairness.report.ipynb #699b1108
 def _binarize(s:pd.Series, name:str, positive_label, label_threshold:float)->pd.Series:

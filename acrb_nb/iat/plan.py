@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 import pandas as pd
 from scipy import special
 from ..adapters.base import IMAGE_GENERATORS, TEXT_LMS, VISION_JUDGES
-from ..core import check_keys
+from ..core import check_keys, Options
 from ..execution import API_BACKENDS, AdapterRef
 from ..planning import (DEFAULT_CONCURRENCY, declared, image_price, judge_correlation, labels_for_width,
                               wall_hours, width_for_labels, usd, duration)
@@ -90,7 +90,7 @@ def _profile_counts(cfg:IATConfig, # the study configuration
 
 # %% ../../nbs/46_iat.plan.ipynb #e5f6a7b2
 @dataclasses.dataclass(frozen=True)
-class PlanAssumptions:
+class PlanAssumptions(Options):
     "What an IAT plan assumes about the run it prices: lost answers, reading accuracy, request budget, latency and prices."
     expected_refusal:float=0.0 # share of trials refused or invalid (not in the corrected rates)
     judge_accuracy:float=0.95 # assumed share of answers read as the option the model chose (for the labels)
@@ -104,18 +104,6 @@ class PlanAssumptions:
 
     def __post_init__(self):
         if not 0 <= self.expected_refusal < 1: raise ValueError(f"expected_refusal={self.expected_refusal} must lie in [0, 1)")
-
-    @classmethod
-    def of(cls, assumptions:"PlanAssumptions|Mapping|None"=None, # None (the defaults), a dict of fields, or a PlanAssumptions
-          )->"PlanAssumptions":
-        "The one way `plan_iat` reads its `assumptions`: `PlanAssumptions.of({'rpm': 50})`; an unknown key fails naming the closest."
-        if assumptions is None: return cls()
-        if isinstance(assumptions, cls): return assumptions
-        if not isinstance(assumptions, Mapping):
-            raise TypeError(f"assumptions must be None, a dict of PlanAssumptions fields or a PlanAssumptions, "
-                            f"got {type(assumptions).__name__}")
-        check_keys(assumptions, [f.name for f in dataclasses.fields(cls)], "assumptions", error=ValueError)
-        return cls(**assumptions)
 
 # %% ../../nbs/46_iat.plan.ipynb #96fe51ec
 def _plan_table(n:Mapping, # the plan's numbers

@@ -8,7 +8,7 @@ import dataclasses, math
 from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
-from ..core import check_keys, rng
+from ..core import check_keys, rng, Options
 from ..stats import adjust_pvalues, binom_ci, iat_effect, two_proportion_effects, vlm_trial_score
 
 # %% auto #0
@@ -109,7 +109,7 @@ def pair_effects(scored:pd.DataFrame, # from score_trials
 
 # %% ../../nbs/44_iat.scoring.ipynb #b81d5e2a
 @dataclasses.dataclass(frozen=True)
-class IATAnalysis:
+class IATAnalysis(Options):
     "How an IAT study computes its per-pair effects: the knobs of `pair_effects` (the seed is the study's)."
     n_boot:int=2000 # bootstrap resamples for the D interval
     n_perm:int=2000 # condition shuffles for the D p-value
@@ -125,17 +125,6 @@ class IATAnalysis:
             raise ValueError(f"alpha must lie in (0, 1), got {self.alpha!r}")
         if self.cluster is not None and not isinstance(self.cluster, str):
             raise TypeError(f"cluster must be a column name (e.g. 'pp') or None, got {type(self.cluster).__name__}")
-
-    @classmethod
-    def of(cls, analysis:"IATAnalysis|Mapping|None"=None, # None (the defaults), a dict of fields, or an IATAnalysis
-          )->"IATAnalysis":
-        "The one way a study reads its `analysis`: `IATAnalysis.of({'n_boot': 1000})`; an unknown key fails naming the closest."
-        if analysis is None: return cls()
-        if isinstance(analysis, cls): return analysis
-        if not isinstance(analysis, Mapping):
-            raise TypeError(f"analysis must be None, a dict of IATAnalysis fields or an IATAnalysis, got {type(analysis).__name__}")
-        check_keys(analysis, [f.name for f in dataclasses.fields(cls)], "analysis", error=ValueError)
-        return cls(**analysis)
 
 # %% ../../nbs/44_iat.scoring.ipynb #f8476f7c
 def outcome_rates(scored:pd.DataFrame, # from score_trials
