@@ -318,11 +318,12 @@ def run(self:ModelSession, items:list, # work items
         prepare:Callable[[Any], Any]|None=None, # item -> what a Ray worker receives (attach file bytes); unused locally
         desc:str="items", # progress bar label
         requests:Callable[[Any], int]|None=None, # item -> provider requests it makes (default 1), for the rate limiter
+        options:RunOptions|None=None, # this run's threads, retries, retry_failed, progress over the session's (not where)
        )->StageResult:
     "Run `items` through the model where it lives; the summary says where (`executor`, `placement`), `model_info` is `info`."
     self.start()
+    ex = self.execution if options is None else self.execution.replace(**{n: getattr(options, n) for n in RunOptions.names()})
     if self.where == "local":
-        ex = self.execution
         lim, mw, paced = resolve_budget(self._work.model, ex)
         api = (self._work.model.describe() or {}).get("backend") in API_BACKENDS
         res = run_items(self._work, items, self.store, key=key, options=ex.replace(max_workers=mw, limiter=lim), seed=seed,
@@ -331,7 +332,6 @@ def run(self:ModelSession, items:list, # work items
         summary = {**res.summary, "executor": "local", "placement": self.why, "budget": paced,
                    "counted_as": "api_requests" if api else "local_calls"}
     else:
-        ex = self.execution
         res = self._pool.run(items, self.store, key=key, options=ex, batch_size=ex.batch_size, seed=seed,
                              max_worker_deaths=ex.max_worker_deaths, prepare=prepare, desc=desc,
                              count_as="local_calls")  # Ray runs local models only: API-bound stages stay on threads
@@ -339,7 +339,7 @@ def run(self:ModelSession, items:list, # work items
     return StageResult(res.rows, summary, self.info)
 
 # %% ../nbs/06a_execution.ipynb #07a89b96
-@delegates(ModelSession.run, but=["key"])
+@delegates(ModelSession.run, but=["key", "options"])
 def run_model_items(model, # an Adapter (local only, or API-bound) or an AdapterRef (created where it runs)
                     make_work:Callable, # (model, blobs) -> fn(item) -> record; pickled to Ray workers, so module-level
                     items, # list of work items, or `info -> list` when they depend on the model's `describe()`

@@ -18,10 +18,10 @@ _all_ = ["LABELS_CSV", "SAMPLE_JSON", "LabelSample", "label_key", "sample_ids", 
          "export_for_labelling", "check_labels_file", "import_labels", "labels_frame"]   # re-exported from labels
 
 # %% auto #0
-__all__ = ['PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS', 'LabelPopulation', 'label_items', 'toxicity_label_items', 'allocate',
-           'sample_items', 'simulate_judged_audit', 'coverage_study', 'coverage_summary', 'LABELS_CSV', 'SAMPLE_JSON',
-           'LabelSample', 'label_key', 'sample_ids', 'sample_design', 'export_for_labelling', 'check_labels_file',
-           'import_labels', 'labels_frame']
+__all__ = ['PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS', 'LabelPopulation', 'label_items', 'allocate', 'sample_items',
+           'simulate_judged_audit', 'coverage_study', 'coverage_summary', 'LABELS_CSV', 'SAMPLE_JSON', 'LabelSample',
+           'label_key', 'sample_ids', 'sample_design', 'export_for_labelling', 'check_labels_file', 'import_labels',
+           'labels_frame']
 
 # %% ../nbs/07_validation.ipynb #335d7231
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -56,26 +56,6 @@ def label_items(df:pd.DataFrame, # one row per item of the population (the items
     for c in keep:
         if c not in out.columns: out[c] = df[c].to_numpy()
     return LabelPopulation(out, tuple(strata))
-
-# %% ../nbs/07_validation.ipynb #fe719e4a
-def toxicity_label_items(preds:pd.DataFrame, # from `toxicity.zeroshot.score_dataset` (columns pred, identity columns)
-                         texts:Sequence[str], # the scored texts, in the order of `preds`
-                         keys:Sequence[str], # the run's row keys, in the same order
-                         strata:Sequence[str]=(), # identity columns to stratify by
-                         labels:Sequence[str]=("toxic", "non-toxic"), # (positive, negative) task labels
-                        )->LabelPopulation:
-    "Toxicity population: scored texts with the task question; `pred` 1/0 shown as the positive/negative label."
-    check_columns(preds, ["pred", *strata], "toxicity_label_items")
-    if not (len(texts) == len(keys) == len(preds)):
-        raise ValueError(f"toxicity_label_items: {len(preds)} predictions, {len(texts)} texts and {len(keys)} keys; "
-                         "pass one text and one key per scored row")
-    d = preds.copy()
-    d["key"], d["text"] = list(keys), list(texts)
-    d = d[d.pred.notna()]
-    pos, neg = labels
-    d["verdict"] = np.where(d.pred.astype(float) == 1, pos, neg)
-    return label_items(d, strata=tuple(strata), verdict="verdict", text="text",
-                       question=f"Is this text {pos}? Answer '{pos}' or '{neg}'.")
 
 # %% ../nbs/07_validation.ipynb #99c792c0
 def allocate(sizes:Mapping[str, int], # stratum → number of items N_h

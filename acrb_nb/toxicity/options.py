@@ -6,10 +6,10 @@
 from __future__ import annotations
 import dataclasses, numbers
 from typing import Mapping
-from ..core import check_keys
+from ..core import check_keys, Options  # the base of every options class (00_core)
 
 # %% auto #0
-__all__ = ['METHODS', 'BASELINES', 'Options', 'ScoreOptions', 'IGOptions']
+__all__ = ['METHODS', 'BASELINES', 'ScoreOptions', 'IGOptions']
 
 # %% ../../nbs/21a_toxicity.options.ipynb #3d9f2068
 def _check_number(owner:str, # the class, for the message
@@ -24,35 +24,6 @@ def _check_number(owner:str, # the class, for the message
     ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and v >= lo and (not integer or float(v).is_integer())
     if not ok: raise ValueError(f"{owner}.{name} must be {'an integer' if integer else 'a number'} ≥ {lo:g}"
                                 f"{' or None' if optional else ''}, got {v!r}")
-
-class Options:
-    "Base of a frozen options dataclass: `.of(x, **changes)` reads None, a dict of its fields or an instance; `.replace`, `.to_dict`."
-    @classmethod
-    def of(cls, x=None, # None (the defaults), a dict of the class's fields, or an instance
-           **changes, # fields to set on top
-          ):
-        "The one way a study function reads its options; an unknown field fails with its close match."
-        if x is None: x = cls()
-        elif isinstance(x, Mapping):
-            check_keys(x, cls.names(), cls.__name__, ValueError)
-            x = cls(**x)
-        elif not isinstance(x, cls):
-            raise TypeError(f"{cls.__name__}.of takes None, a dict of {cls.__name__} fields or a {cls.__name__}, "
-                            f"got {type(x).__name__}")
-        if not changes: return x
-        check_keys(changes, cls.names(), cls.__name__, ValueError)
-        return dataclasses.replace(x, **changes)
-
-    @classmethod
-    def names(cls)->list:
-        "The field names."
-        return [f.name for f in dataclasses.fields(cls)]
-    def replace(self, **changes):
-        "A copy with `changes` (checked as in `of`)."
-        return type(self).of(self, **changes)
-    def to_dict(self)->dict:
-        "The fields as plain data (a manifest, a template's parameters)."
-        return dataclasses.asdict(self)
 
 # %% ../../nbs/21a_toxicity.options.ipynb #b3fd6d4a
 METHODS = ("cache", "full") # `label_logprobs` methods

@@ -20,11 +20,13 @@ from ..adapters.text import context_length
 from ..execution import Execution, AdapterRef, ModelSession
 from .options import ScoreOptions
 from .prompts import ZeroShotTask, TASKS, get_task, EncodedPrompt, PromptEncoder
+from ..validation import LabelPopulation, label_items
+from ..stats.resample import check_columns
 
 # %% auto #0
 __all__ = ['CONTENT_FREE', 'model_ref', 'resolve_model', 'hf_parts', 'pad_token_id', 'collate', 'batches_by_length', 'prefix_kv',
            'label_logprobs', 'score_encoded', 'model_fingerprint', 'expand_batch_rows', 'read_rows', 'score_dataset',
-           'content_free_score']
+           'content_free_score', 'toxicity_label_items']
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #1849fc03
 def model_ref(model, # registry name, hub id, local folder, path to a .gguf file, TextLM adapter, or (model, tokenizer)
@@ -373,10 +375,8 @@ def _session_run(session:ModelSession, # the model's session
                  ex:Execution, # this call's threads, retries and progress (the model stays where the session put it)
                  desc:str, # progress bar label
                 )->StageResult:
-    "`session.run` of the batches under `ex`: the session reads its run options from `session.execution`."
-    saved, session.execution = session.execution, ex
-    try: return session.run(items, key=_batch_key, desc=desc)
-    finally: session.execution = saved
+    "`session.run` of the batches under `ex`'s run options (the model stays where the session put it)."
+    return session.run(items, key=_batch_key, desc=desc, options=ex)
 
 def _batch_passes(session:ModelSession, # the model's session
                   items:list, # the batches
@@ -556,3 +556,23 @@ def content_free_score(model, # as in `score_dataset`
     execution = Execution.of(kwargs.pop("execution", None), progress=False)
     res = score_dataset(list(inputs), model, task, score_options=score_options, execution=execution, **kwargs)
     return _mean_logodds(res.rows["prob"].to_numpy())
+
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #9358ba33
+def toxicity_label_items(preds:pd.DataFrame, # from `toxicity.zeroshot.score_dataset` (columns pred, identity columns)
+                         texts:Sequence[str], # the scored texts, in the order of `preds`
+                         keys:Sequence[str], # the run's row keys, in the same order
+                         strata:Sequence[str]=(), # identity columns to stratify by
+                         labels:Sequence[str]=("toxic", "non-toxic"), # (positive, negative) task labels
+                        )->LabelPopulation:
+    "Toxicity population: scored texts with the task question; `pred` 1/0 shown as the positive/negative label."
+    check_columns(preds, ["pred", *strata], "toxicity_label_items")
+    if not (len(texts) == len(keys) == len(preds)):
+        raise ValueError(f"toxicity_label_items: {len(preds)} predictions, {len(texts)} texts and {len(keys)} keys; "
+                         "pass one text and one key per scored row")
+    d = preds.copy()
+    d["key"], d["text"] = list(keys), list(texts)
+    d = d[d.pred.notna()]
+    pos, neg = labels
+    d["verdict"] = np.where(d.pred.astype(float) == 1, pos, neg)
+    return label_items(d, strata=tuple(strata), verdict="verdict", text="text",
+                       question=f"Is this text {pos}? Answer '{pos}' or '{neg}'.")
