@@ -1,6 +1,6 @@
 """Repository invariants: pins agree across settings.ini / environment.yml / constraints.txt, README is fresh,
 settings.ini has the keys the design card requires, CI runs the README's test command."""
-import configparser, re, subprocess, sys
+import configparser, json, re, subprocess, sys
 from pathlib import Path
 import yaml
 
@@ -106,3 +106,18 @@ def test_run_options_are_documented_once():
     assert not repeated, repeated
     per_name = {o: [w for (n, _), ws in seen.items() if n == o for w in ws] for o in opts[:5]}
     assert all(len(w) <= 2 for w in per_name.values()), per_name   # RunOptions' field, and at most one pointer to it
+
+def test_structure_checker_catches_each_rule(tmp_path):
+    "Issue 29's rules fire on a small example of each: an import circle, a wide line, a `;` join, an unshown export cell."
+    sys.path.insert(0, str(ROOT / "tools"))
+    import structure_report as sr
+    assert sr.import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    m = tmp_path / "m.py"
+    m.write_text('"""a module docstring may be long: ' + "x" * 150 + '"""\nx = 1; y = 2\nz = "' + "a" * 150 + '"\ns = "a;b"\n')
+    assert sr.long_and_joined(m) == ([3], [2])                    # line 1 is nbdev's summary; a ';' in a string is text
+    cell = lambda src: {"cell_type": "code", "source": src, "metadata": {}, "outputs": [], "execution_count": None}
+    nb = tmp_path / "demo.ipynb"
+    nb.write_text(json.dumps({"cells": [cell("#| export\ndef f(): return 1"), cell("#| export\ndef g(): return 2"),
+                                        cell("assert g() == 2"), cell("#| export\nimport os"),
+                                        cell("#| export\n@patch\ndef h(self:int): return 3"), cell("assert (1).h() == 3")]}))
+    assert sr.unshown_cells(nb) == ["f"]                          # imports-only cells need no show; `.h` counts for a patch
