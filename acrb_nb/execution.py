@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping
 from fastcore.basics import patch
 from fastcore.meta import delegates
 from .store import ItemStore, Run
-from .runner import RetryPolicy, RateLimiter, RunOptions, StageResult, run_items, rate_limiter
+from .runner import RunOptions, StageResult, run_items, rate_limiter
 from .ray_exec import RayWorkerPool, ray_init
 
 # %% auto #0

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from ..core import item_key, rng, seed_int, sha256_hex, file_sha256, RunSpec
 from ..store import ItemStore, Run
-from ..runner import RetryPolicy, RateLimiter, StageResult
+from ..runner import StageResult
 from ..adapters.base import GenerationOutcome, ImageGenerator, ImageEditor, load_image, image_to_png
 from ..execution import Execution, AdapterRef, run_model_items
 from .sources import IMAGE_EXTS, load_sources, assign_sources, select_sources, DEFAULT_SOURCES

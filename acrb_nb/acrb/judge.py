@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from ..core import item_key, seed_int, canonical_json
 from ..store import ItemStore, Run
-from ..runner import RetryPolicy, RateLimiter, StageResult
+from ..runner import StageResult
 from ..adapters.base import VisionJudge, ImageTextEncoder, load_image
 from .detect import PixelRefusalDetector, default_detector
 from ..execution import Execution, AdapterRef, run_model_items

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/14_acrb.metrics.ipynb #bc45110f
 from __future__ import annotations
-import dataclasses, functools, json
+import dataclasses, json
 from pathlib import Path
 from typing import Mapping, Sequence
 import numpy as np

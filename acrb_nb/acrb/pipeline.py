@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
-from ..core import RunSpec, rng, atomic_write, as_list, Options
+from ..core import RunSpec, atomic_write, as_list, Options
 from ..store import Run
 from ..adapters.base import (IMAGE_GENERATORS, IMAGE_EDITORS, VISION_JUDGES, IMAGE_TEXT_ENCODERS, TEXT_LMS)
 from .prompts import stage1_prompts, load_attributes, write_stage1, select_base_ids, DOMAINS, load_base_prompts

@@ -13,7 +13,7 @@ from scipy import special
 from statsmodels.stats.power import NormalIndPower
 from statsmodels.stats.proportion import proportion_effectsize
 from ..adapters.base import IMAGE_GENERATORS, IMAGE_EDITORS
-from ..core import check_keys, Options
+from ..core import Options
 from ..planning import (DEFAULT_CONCURRENCY, declared as _declared, duration, image_price, judge_correlation, wall_hours,
                               labels_for_width, width_for_labels)
 from .prompts import DOMAINS, load_attributes, load_base_prompts

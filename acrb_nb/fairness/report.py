@@ -10,7 +10,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 from .metrics import FairnessReport, fairness_metrics
-from ..core import as_list, check_keys, data_path, Options
+from ..core import as_list, data_path, Options
 
 # %% auto #0
 __all__ = ['FairnessAnalysis', 'fairness_report', 'expand_counts']

@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 import pandas as pd
 from scipy import special
 from ..adapters.base import IMAGE_GENERATORS, TEXT_LMS, VISION_JUDGES
-from ..core import check_keys, Options
+from ..core import Options
 from ..execution import API_BACKENDS, AdapterRef
 from ..planning import (DEFAULT_CONCURRENCY, declared, image_price, judge_correlation, labels_for_width,
                               wall_hours, width_for_labels, usd, duration)

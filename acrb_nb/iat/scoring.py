@@ -5,10 +5,10 @@
 # %% ../../nbs/44_iat.scoring.ipynb #86f1a623
 from __future__ import annotations
 import dataclasses, math
-from typing import Mapping, Sequence
+from typing import Sequence
 import numpy as np
 import pandas as pd
-from ..core import check_keys, rng, Options
+from ..core import rng, Options
 from ..stats import adjust_pvalues, binom_ci, iat_effect, two_proportion_effects, vlm_trial_score
 
 # %% auto #0

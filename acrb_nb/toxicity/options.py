@@ -5,8 +5,7 @@
 # %% ../../nbs/21a_toxicity.options.ipynb #a58df8e3
 from __future__ import annotations
 import dataclasses, numbers
-from typing import Mapping
-from ..core import check_keys, Options  # the base of every options class (00_core)
+from ..core import Options  # the base of every options class (00_core)
 
 # %% auto #0
 __all__ = ['METHODS', 'BASELINES', 'ScoreOptions', 'IGOptions']

@@ -4,12 +4,11 @@
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #c056bd53
 from __future__ import annotations
-import contextlib, dataclasses, functools, inspect, json, math, warnings
+import contextlib, functools, inspect, json, math, warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
-from fastcore.basics import patch
 from fastcore.meta import delegates
 from ..core import item_key, rng as _rng, sha256_hex
 from ..store import ItemStore, Run
