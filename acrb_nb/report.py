@@ -24,8 +24,8 @@ from .params import (NO_DEFAULT, ParameterError, SecretParameterError, absolute_
 
 # %% auto #0
 __all__ = ['HEADLINE_MIME', 'STOP_MIME', 'REPORT_CSS', 'STUDIES', 'check_secrets', 'scan_for_secrets', 'headline',
-           'read_headlines', 'stop_report', 'build_index', 'ReportResult', 'render_report', 'find_nbs',
-           'resolve_template', 'execution_parameters', 'main']
+           'read_headlines', 'stop_report', 'build_index', 'ReportResult', 'progress_printer', 'render_report',
+           'find_nbs', 'resolve_template', 'execution_parameters', 'main']
 
 # %% ../nbs/90_report.ipynb #81fed1ae
 from .core import REDACTED, KEY_PATTERNS, secret_values, check_no_secrets  # one set of secret rules for the whole toolkit
@@ -331,6 +331,65 @@ def _stamp(ipynb: Path, meta: dict):
     nb.setdefault("metadata", {})["acrb_report"] = meta
     ipynb.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
+# %% ../nbs/90_report.ipynb #6d15337d
+class _ProgressFeed:
+    """While a report runs: `ACRB_PROGRESS_FILE` points the kernel's progress records at `path` (so the executed
+    notebook holds no progress bars), and a thread hands each new record to `on_progress`."""
+    def __init__(self, path: Path, on_progress=None, interval: float = 0.5):
+        self.path, self.on_progress, self.interval, self._pos = Path(path), on_progress, interval, 0
+        import threading
+        self._stop, self._thread = threading.Event(), None
+
+    def __enter__(self):
+        from acrb_nb.runner import PROGRESS_FILE_ENV  # the kernel's progress records (02_runner's `Progress`); lazy: no pandas here
+        self._old = os.environ.get(PROGRESS_FILE_ENV)
+        os.environ[PROGRESS_FILE_ENV] = str(self.path)  # the kernel papermill starts inherits it
+        if self.on_progress is not None:
+            import threading
+            self._thread = threading.Thread(target=self._loop, name="acrb-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def _loop(self):
+        while not self._stop.wait(self.interval): self.drain()
+
+    def drain(self):
+        "Hand over the complete lines written since the last call."
+        if self.on_progress is None or not self.path.exists(): return
+        with open(self.path, "rb") as f:
+            f.seek(self._pos)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        self._pos += end
+        for line in data[:end].splitlines():
+            try: rec = json.loads(line)
+            except ValueError: continue
+            self.on_progress(rec)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread is not None: self._thread.join()
+        self.drain()
+        from acrb_nb.runner import PROGRESS_FILE_ENV
+        if self._old is None: os.environ.pop(PROGRESS_FILE_ENV, None)
+        else: os.environ[PROGRESS_FILE_ENV] = self._old
+
+def progress_printer(label: str, # what is running, e.g. "toxicity/smollm2-135m"
+                     every: float = 15.0, # seconds between two lines of the same phase (its first and last always print)
+                     stream=None, # where to print (default: standard error)
+                     clock=time.monotonic, # the time source (tests pass a fake one)
+                    ):
+    "The command line's `on_progress`: one line per phase at most every `every` seconds, e.g. `toxicity/m · IG: 3/50 …`."
+    last = {}
+    def show(rec: Mapping):
+        key, now, final = rec.get("desc"), clock(), rec.get("done", 0) >= rec.get("total", 0)
+        if not final and key in last and now - last[key] < every: return
+        if final and last.get(key) == "final": return
+        last[key] = "final" if final else now
+        from acrb_nb.runner import progress_line
+        print(f"  {label} · {progress_line(rec)}", file=stream or sys.stderr, flush=True)
+    return show
+
 # %% ../nbs/90_report.ipynb #cf56f6bc
 def render_report(template: str | Path, # report notebook, e.g. nbs/acrb.ipynb
                   *,
@@ -344,6 +403,7 @@ def render_report(template: str | Path, # report notebook, e.g. nbs/acrb.ipynb
                   paths_from: str | Path | None = None, # folder relative path parameters are read from; the current directory by default
                   kernel_name: str = "python3", # Jupyter kernel to execute with
                   timeout: float | None = None, # per-cell timeout in seconds (None: no limit)
+                  on_progress=None, # called with each progress record the notebook writes (`acrb-report` prints them)
                  ) -> ReportResult:
     "Check every input, execute `template` with papermill, render it to HTML, redact leaked secrets, publish it if it ran, index it."
     template = Path(template)
@@ -375,7 +435,7 @@ def render_report(template: str | Path, # report notebook, e.g. nbs/acrb.ipynb
         ipynb, html_path = Path(stage, final["ipynb"].name), Path(stage, final["html"].name)
         t0, ok, error = time.perf_counter(), True, None
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), _ProgressFeed(Path(stage, "progress.jsonl"), on_progress):
                 warnings.simplefilter("ignore")
                 pm.execute_notebook(str(template), str(ipynb), parameters=dict(params), cwd=str(cwd or Path.cwd()),
                                     kernel_name=kernel_name, execution_timeout=timeout, progress_bar=False, log_output=False,
@@ -477,6 +537,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--nbs", help="notebooks folder (default: nbs_path of the nearest settings.ini)")
     p.add_argument("--timeout", type=float, help="per-cell timeout in seconds")
     p.add_argument("--kernel", default="python3", help="Jupyter kernel name (default: python3)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines while a report runs")
     g = p.add_argument_group("scale-out", "where local models run: the `execution` parameter of the acrb, toxicity and "
                              "iat templates; API models always run on threads")
     g.add_argument("--execution", type=_execution_arg, metavar="EXECUTION",
@@ -546,7 +607,8 @@ def main(argv: list[str] | None = None, # command-line arguments; `sys.argv[1:]`
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")  # redactions are reported by _say
                         results.append(render_report(t, out_dir=a.out, hide_input=not a.show_input, kernel_name=a.kernel,
-                                                     timeout=a.timeout))
+                                                     timeout=a.timeout,
+                                                     on_progress=None if a.quiet else progress_printer(t.stem)))
                     _say(results[-1])
                 except (ParameterError, FileNotFoundError) as e:  # refused before it ran: the other studies still render
                     refused += 1
@@ -566,8 +628,10 @@ def main(argv: list[str] | None = None, # command-line arguments; `sys.argv[1:]`
         t = resolve_template(a.template, a.nbs)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            label = f"{a.study or t.stem}" + (f"/{params['model']}" if isinstance(params.get("model"), str) else "")
             r = render_report(t, study=a.study, parameters=params, config=a.config, out_dir=a.out,
-                              hide_input=not a.show_input, kernel_name=a.kernel, timeout=a.timeout)
+                              hide_input=not a.show_input, kernel_name=a.kernel, timeout=a.timeout,
+                              on_progress=None if a.quiet else progress_printer(label))
         _say(r)
         print(f"index: {Path(a.out) / 'index.html'}")
         return 0 if r.ok else 1

@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_runner.ipynb #b6cad506
 from __future__ import annotations
-import contextlib, dataclasses, email.utils, os, re, socket, tempfile, threading, time
+import contextlib, dataclasses, email.utils, json, os, re, socket, tempfile, threading, time
 from concurrent.futures import ThreadPoolExecutor, wait, FIRST_COMPLETED
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -16,9 +16,9 @@ from .core import item_key, rng as _rng, redact, Options
 from .store import ItemStore, Run
 
 # %% auto #0
-__all__ = ['COUNT_AS', 'TransientError', 'FinalError', 'retry_after_of', 'classify_exception', 'RetryPolicy', 'RateLimiter',
-           'rate_limiter', 'RunOptions', 'StageResult', 'call_with_retry', 'commit_result', 'RunLedger', 'run_items',
-           'summarize', 'store_for']
+__all__ = ['PROGRESS_FILE_ENV', 'COUNT_AS', 'TransientError', 'FinalError', 'retry_after_of', 'classify_exception', 'RetryPolicy',
+           'RateLimiter', 'rate_limiter', 'RunOptions', 'StageResult', 'fmt_duration', 'progress_line', 'Progress',
+           'call_with_retry', 'commit_result', 'RunLedger', 'run_items', 'summarize', 'store_for']
 
 # %% ../nbs/02_runner.ipynb #5306d289
 class TransientError(Exception):
@@ -176,7 +176,7 @@ class RunOptions(Options):
     limiter:RateLimiter|None=dataclasses.field(default=None, compare=False) # one provider rate limiter for the calls (`rate_limiter`)
     retry:RetryPolicy=RetryPolicy() # transient errors (429, 5xx, timeouts): retried with backoff, never counted as refusals
     retry_failed:bool=False # re-attempt the items stored as failed (finished items are never called again)
-    progress:bool|None=None # progress bars (None: on unless ACRB_PROGRESS=0)
+    progress:bool|None=None # show progress (`Progress`: a bar, or lines for acrb-report; None: on unless ACRB_PROGRESS=0)
 
     def __post_init__(self):
         mw = self.max_workers
@@ -197,6 +197,93 @@ class StageResult:
     def __repr__(self):
         s = {k: v for k, v in self.summary.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
         return f"StageResult(rows={self.rows.shape[0]}×{self.rows.shape[1]}, summary={s})"
+
+# %% ../nbs/02_runner.ipynb #11f2596f
+PROGRESS_FILE_ENV = "ACRB_PROGRESS_FILE" # where a report's kernel writes progress records (set by `render_report`)
+
+def _progress_enabled(progress:bool|None, # the run's `progress` option
+                     )->bool:
+    "On when asked; by default unless `ACRB_PROGRESS` is 0 / false."
+    if progress is not None: return bool(progress)
+    return os.environ.get("ACRB_PROGRESS", "1") not in ("0", "false", "False", "")
+
+def fmt_duration(seconds:float|None, # a duration
+                )->str:
+    "45s, 2m31s, 1h02m; '?' when unknown."
+    if seconds is None or not np.isfinite(seconds): return "?"
+    s = int(round(max(0.0, seconds)))
+    if s < 60: return f"{s}s"
+    if s < 3600: return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+def progress_line(rec:Mapping, # a progress record (`Progress.record`)
+                 )->str:
+    "One line for a person: 'IG toxicity: 12/50 rows · 2m31s elapsed · ~7m40s left'."
+    left = ("done" if rec["done"] >= rec["total"] else
+            f"~{fmt_duration(rec['eta_s'])} left" if rec.get("eta_s") is not None else "time left after the first")
+    return f"{rec['desc']}: {rec['done']}/{rec['total']} {rec['unit']} · {fmt_duration(rec['elapsed_s'])} elapsed · {left}"
+
+class Progress:
+    "Done / total, elapsed and time left of one long phase: a tqdm bar, or JSON lines in `$ACRB_PROGRESS_FILE`, or nothing."
+    def __init__(self, total:int, # items in the phase
+                 desc:str, # what the phase is, e.g. "IG toxicity"
+                 *, done:int=0, # already done before this run (read from the store): counted, not timed
+                 unit:str="items", # what is counted
+                 enabled:bool|None=None, # None: on unless ACRB_PROGRESS=0
+                 min_interval:float=1.0, # seconds between two records in the progress file
+                 clock:Callable[[], float]=time.monotonic, # the time source (tests pass a fake one)
+                ):
+        self.total, self.desc, self.unit, self.done, self._first = int(total), desc, unit, int(done), int(done)
+        self._clock, self._min, self._t0, self._last = clock, float(min_interval), clock(), None
+        self._lock, self._bar = threading.Lock(), None
+        on = _progress_enabled(enabled)
+        self.path = os.environ.get(PROGRESS_FILE_ENV) if on else None
+        if on and not self.path:
+            from tqdm.auto import tqdm
+            self._bar = tqdm(total=self.total, initial=self.done, desc=desc, unit=f" {unit}", dynamic_ncols=True, mininterval=0.5)
+        self._emit(force=True)
+
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.close()
+
+# %% ../nbs/02_runner.ipynb #a69d8d8e
+@patch
+def record(self:Progress)->dict:
+    "The phase's state: desc, done, total, unit, elapsed_s, eta_s (None until an item of this run finished), time."
+    el = self._clock() - self._t0
+    ran = self.done - self._first
+    eta = el / ran * (self.total - self.done) if ran > 0 else None
+    return {"desc": self.desc, "done": self.done, "total": self.total, "unit": self.unit, "elapsed_s": round(el, 1),
+            "eta_s": None if eta is None else round(eta, 1), "time": time.time()}
+
+@patch
+def _emit(self:Progress, force:bool=False):
+    "Append the record to the progress file (at most one per `min_interval`, always the first and the last)."
+    if self.path is None: return
+    now = self._clock()
+    if not force and self.done < self.total and self._last is not None and now - self._last < self._min: return
+    self._last = now
+    with open(self.path, "a", encoding="utf-8") as f: f.write(json.dumps(self.record()) + "\n")
+
+@patch
+def update(self:Progress, n:int=1, # items finished
+           **postfix, # shown beside the bar (counts such as failed=1)
+          ):
+    "Count `n` finished items."
+    with self._lock:
+        self.done += int(n)
+        if self._bar is not None:
+            if postfix: self._bar.set_postfix(postfix, refresh=False)
+            self._bar.update(int(n))
+        self._emit()
+
+@patch
+def close(self:Progress):
+    "End the phase: the last record (or the bar's last state)."
+    with self._lock:
+        if self._bar is not None: self._bar.close()
+        self._bar = None
+        self._emit(force=True)
 
 # %% ../nbs/02_runner.ipynb #a9d8e0a2
 def call_with_retry(call:Callable[[], Any], # one item's work, no arguments
@@ -271,10 +358,6 @@ def commit_result(st:ItemStore, # the store (the driver's, on Ray)
     return dict(key=key, status="done", outcome=outcome, attempts=a, seconds=s, error=None, error_kind=None, cached=False), r
 
 # %% ../nbs/02_runner.ipynb #c09e3cfa
-def _progress_enabled(progress):
-    if progress is not None: return bool(progress)
-    return os.environ.get("ACRB_PROGRESS", "1") not in ("0", "false", "False", "")
-
 class RunLedger:
     "One run's bookkeeping on any executor: unique keys, what is left to do, counts, progress bar, and the result."
     COLUMNS = ("key", "status", "outcome", "attempts", "seconds", "error", "error_kind", "cached")
@@ -306,13 +389,10 @@ class RunLedger:
         self.rows = [None] * len(self.items)
         self.counts = {"done": 0, "failed": 0, "refused": 0, "cached": len(self.items) - len(self.todo), "retries": 0}
         self._lock, self._bar, self._t0 = threading.Lock(), None, time.monotonic()
-        self._progress, self._desc = _progress_enabled(progress), desc
+        self._progress, self._desc = progress, desc
 
     def __enter__(self):
-        if self._progress:
-            from tqdm.auto import tqdm
-            self._bar = tqdm(total=len(self.items), desc=self._desc, dynamic_ncols=True, mininterval=0.5)
-            self._bar.update(self.counts["cached"])
+        self._bar = Progress(len(self.items), self._desc, done=self.counts["cached"], enabled=self._progress)
         return self
 
     def __exit__(self, *exc):
@@ -330,10 +410,7 @@ def finish(self:RunLedger, i:int, # the item's position
         self.counts[row["status"]] += 1
         self.counts["retries"] += retries
         self.counts["refused"] += int(str(row["outcome"] or "").startswith("refused"))
-    if self._bar is not None:
-        self._bar.set_postfix(done=self.counts["done"], failed=self.counts["failed"], refused=self.counts["refused"],
-                              refresh=False)
-        self._bar.update(1)
+    if self._bar is not None: self._bar.update(1, failed=self.counts["failed"], refused=self.counts["refused"])
 
 @patch
 def commit(self:RunLedger, i:int, # the item's position

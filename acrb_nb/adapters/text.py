@@ -17,8 +17,8 @@ from .providers import (openai_client, genai_client, openai_endpoint, gemini_end
                                         usage_dict, gemini_refusal, gemini_text, gemini_usage)
 
 # %% auto #0
-__all__ = ['SMOLLM2_GGUF', 'tiny_tokenizer', 'converted_gguf_dir', 'HFCausalLM', 'tiny_gpt2', 'smollm2_folder', 'smollm2_135m',
-           'OpenAIChatLM', 'GeminiLM']
+__all__ = ['SMOLLM2_GGUF', 'tiny_tokenizer', 'model_loads', 'converted_gguf_dir', 'HFCausalLM', 'tiny_gpt2', 'smollm2_folder',
+           'smollm2_135m', 'OpenAIChatLM', 'GeminiLM']
 
 # %% ../../nbs/05a_adapters.text.ipynb #0cdd29b9
 _TINY_CORPUS = """The quick brown fox jumps over the lazy dog.
@@ -63,6 +63,11 @@ def tiny_tokenizer(vocab_size:int=400, # BPE vocabulary size (byte alphabet + me
 # %% ../../nbs/05a_adapters.text.ipynb #493489a6
 _MODEL_CACHE: dict = {}
 _MODEL_CACHE_LOCK = threading.Lock()
+_MODEL_LOADS: dict = {} # model id -> times read from disk or the hub in this process (`model_loads`)
+
+def model_loads()->dict:
+    "How many times each causal LM was read from disk or the hub in this process (later uses come from its cache)."
+    with _MODEL_CACHE_LOCK: return dict(_MODEL_LOADS)
 
 def converted_gguf_dir(model_id, # the folder holding the GGUF file
                        gguf_file:str, # GGUF file name inside `model_id`
@@ -134,6 +139,7 @@ def _load_causal_lm(model_id, gguf_file, revision, device, dtype, trust_remote_c
         if "device_map" not in model_kwargs: model = model.to(device)
         model.eval()
         _MODEL_CACHE[key] = (model, tok)
+        _MODEL_LOADS[str(model_id)] = _MODEL_LOADS.get(str(model_id), 0) + 1
         return model, tok
 
 # %% ../../nbs/05a_adapters.text.ipynb #79ca6772

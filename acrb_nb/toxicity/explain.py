@@ -5,6 +5,7 @@
 # %% ../../nbs/22_toxicity.explain.ipynb #ceb0df28
 from __future__ import annotations
 import contextlib, functools, html, math, re, time
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 import numpy as np
@@ -20,9 +21,9 @@ from ..execution import Execution, ModelSession
 
 # %% auto #0
 __all__ = ['ZERO_ID', 'NO_TEXT_BASELINES', 'FILLER', 'IDENTITY_TERMS', 'ig_embedding', 'LabelMargin', 'ig_chunk',
-           'integrated_gradients', 'ig_per_step_loop', 'baseline_ids', 'baseline_inputs', 'explain_margin',
-           'baseline_gaps', 'choose_baseline', 'explain_rows', 'plot_attributions', 'attributions_html',
-           'identity_term_tokens', 'identity_attribution']
+           'integrated_gradients', 'ig_per_step_loop', 'baseline_ids', 'baseline_inputs', 'path_gradients',
+           'adaptive_ig', 'explain_margin', 'baseline_gaps', 'gap_table', 'explain_rows', 'plot_attributions',
+           'attributions_html', 'identity_term_tokens', 'identity_attribution']
 
 # %% ../../nbs/22_toxicity.explain.ipynb #8e64b57c
 ZERO_ID = -1 # token id that the IG embedding wrapper maps to the zero vector (ids −2, −3, … index per-row vectors)
@@ -72,12 +73,14 @@ class LabelMargin:
         self.ids = torch.tensor([row.ids[:row.m]], device=self.dev)
 
     def from_embeds(self, e, # [N, T, d] prompt embeddings
+                    prefix:int|None=None, # leading positions equal in every row of `e` (None: found by comparing them)
                    ):
         "Margins [N] for prompt embeddings."
         import torch
         N, T = e.shape[:2]
         P = 0
-        if self.share and N > 1 and self.method == "cache":
+        if self.share and self.method == "cache" and prefix is not None: P = min(int(prefix), T - 1)
+        elif self.share and self.method == "cache" and N > 1:
             same = (e == e[:1]).all(-1).all(0)  # positions identical in every interpolation step (template tokens)
             P = min(int(same.long().cumprod(0).sum()), T - 1)
         lp = label_logprobs(self.model, torch.ones((N, T - P), dtype=torch.long, device=e.device),
@@ -224,6 +227,89 @@ def baseline_inputs(fn:LabelMargin, # the row's margin function (vectors that ar
     pool = torch.tensor(list(corpus) if corpus is not None and len(corpus) else ids[a:z] or [pad_token_id(tokenizer)])
     return [put(pool[torch.randint(len(pool), (n,), generator=g)].tolist()) for _ in range(int(n_samples))]
 
+# %% ../../nbs/22_toxicity.explain.ipynb #0177f281
+def path_gradients(fn:LabelMargin, # the row's margin function
+                   x_embeds, # [1, T, d] the prompt's embeddings
+                   b_embeds, # [1, T, d] the baseline's embeddings
+                   alphas:Sequence[float], # points on the path (0: the baseline, 1: the input)
+                   *, chunk:int, # points per forward + backward pass
+                   prefix:int|None=None, # leading positions equal in x and x' (run once; None: found per chunk)
+                  )->tuple:
+    "(f [n], g [n, T]) in float64: the margin at each point and the integrand per token, ∂f/∂x_t · (x_t − x'_t)."
+    import torch
+    d, fs, gs = x_embeds - b_embeds, [], []
+    for i in range(0, len(alphas), max(1, int(chunk))):
+        a = torch.tensor([float(v) for v in alphas[i:i + chunk]], dtype=x_embeds.dtype, device=x_embeds.device)[:, None, None]
+        # exactly x' at 0 and x at 1, and positions equal in both (the template) exactly as they are: their KV cache is reused
+        e = torch.where(d != 0, (1 - a) * b_embeds + a * x_embeds, x_embeds).detach().requires_grad_(True)
+        f = fn.from_embeds(e, prefix=prefix)
+        g, = torch.autograd.grad(f.sum(), e)
+        fs.append(f.detach().double().cpu())
+        gs.append((g * d).sum(-1).detach().double().cpu())
+    return torch.cat(fs).numpy(), torch.cat(gs).numpy()
+
+def _five(a:Fraction, c:Fraction)->list:
+    "The 5 points of region [a, c]: its ends, quarter points and middle (exact fractions, so regions share them)."
+    return [a + k * (c - a) / 4 for k in range(5)]
+
+def _simpson2(p:Mapping, a:Fraction, c:Fraction)->tuple:
+    """Simpson's rule on both halves of [a, c] from its 5 points (per token), and its embedded error estimate: the
+    difference from Simpson's rule on the whole region (3 of the points), summed |·| over tokens."""
+    y = [p[v][1] for v in _five(a, c)]
+    h = float(c - a)
+    halves, whole = h / 12 * (y[0] + 4 * y[1] + 2 * y[2] + 4 * y[3] + y[4]), h / 6 * (y[0] + 4 * y[2] + y[4])
+    return halves, float(np.abs(halves - whole).sum())
+
+# %% ../../nbs/22_toxicity.explain.ipynb #fa6ff22a
+def adaptive_ig(fn:LabelMargin, # the row's margin function
+                baseline:Sequence[int], # baseline ids (see `baseline_inputs`)
+                *, n_steps:int=16, # points to start with (rounded to 4 per region, plus the end)
+                max_steps:int|None=128, # at most this many points (None: never refine)
+                rel_tol:float=0.05, # completeness tolerance relative to max(|f(x) − f(x')|, floor)
+                floor:float=1.0, # nats
+                tol:float|None=None, # an absolute tolerance instead (nats)
+                token_rtol:float|None=0.3, # per-token accuracy: error estimate ≤ this share of Σ|attributions| (None: off)
+                chunk:int=16, # points per forward + backward pass
+               )->dict:
+    "IG of one row by nested adaptive Simpson quadrature: attributions, f(x), f(x'), delta, points used, converged."
+    import torch
+    x = fn.ids
+    b = torch.tensor([list(baseline)], device=x.device)
+    if b.shape != x.shape: raise ValueError(f"baseline has {b.shape[1]} tokens, the prompt {x.shape[1]}")
+    with torch.no_grad(): xe, be = fn.embed(x), fn.embed(b)
+    ids, bl = x[0].tolist(), b[0].tolist()
+    prefix = next((i for i, (u, v) in enumerate(zip(ids, bl)) if u != v), len(ids))
+    pts = {}
+    def add(regions):   # evaluate the regions' points not evaluated yet, in one batch
+        new = sorted({v for a, c in regions for v in _five(a, c)} - pts.keys())
+        if new:
+            f, g = path_gradients(fn, xe, be, [float(v) for v in new], chunk=chunk, prefix=prefix)
+            pts.update({v: (float(fv), gv) for v, fv, gv in zip(new, f, g)})
+    n0 = max(1, int(n_steps) // 4)
+    regions = [(Fraction(k, n0), Fraction(k + 1, n0)) for k in range(n0)]
+    add(regions)
+    cap = max(len(pts), int(max_steps or 0) + 1)
+    while True:
+        est, tok = zip(*[_simpson2(pts, a, c) for a, c in regions])
+        err = np.array([s.sum() - (pts[c][0] - pts[a][0]) for s, (a, c) in zip(est, regions)])
+        attr, tok = np.sum(est, 0), np.array(tok)
+        fx, fb = pts[Fraction(1)][0], pts[Fraction(0)][0]
+        delta = float(attr.sum() - (fx - fb))
+        limit = float(tol) if tol is not None else float(rel_tol) * max(abs(fx - fb), float(floor))
+        complete, room = abs(delta) <= limit, (cap - len(pts)) // 4   # each split adds 4 points
+        accurate = token_rtol is None or tok.sum() <= float(token_rtol) * np.abs(attr).sum()
+        if (complete and accurate) or room < 1: break
+        ind = np.abs(err) if not complete else tok   # split where the error is: completeness first, then the tokens'
+        order = np.argsort(-ind, kind="stable")
+        share = np.cumsum(ind[order]) / max(ind.sum(), 1e-300)
+        split = set(order[:min(room, int(np.searchsorted(share, 0.5)) + 1)].tolist())
+        halves = lambda a, c: [(a, (a + c) / 2), ((a + c) / 2, c)]
+        regions = [h for k, r in enumerate(regions) for h in (halves(*r) if k in split else [r])]
+        add(regions)   # 4 new points per split region: the others are kept
+    return {"attributions": attr, "f_x": fx, "f_baseline": fb, "delta": delta, "sum_attr": float(attr.sum()),
+            "n_steps": len(pts), "regions": len(regions), "tol": limit, "converged": abs(delta) <= limit,
+            "token_err": float(tok.sum() / max(np.abs(attr).sum(), 1e-300))}
+
 # %% ../../nbs/22_toxicity.explain.ipynb #2f199089
 def _token_pieces(row:EncodedPrompt, tok)->list:
     "Each prompt token as the piece of prompt text it covers (special tokens by name)."
@@ -243,24 +329,36 @@ def explain_margin(fn:LabelMargin, # the row's margin function
                    baselines:Sequence[Sequence[int]], # baseline prompts (from `baseline_inputs`); several are averaged
                    ig_options:IGOptions|Mapping|None=None, # its steps, refinement, tolerance and steps per pass (`IGOptions`)
                   )->dict:
-    "IG of one row (averaged over its baselines), refined with doubled steps until it meets its completeness tolerance."
+    "IG of one row (averaged over its baselines), refined until it meets its completeness tolerance (`IGOptions.refinement`)."
     o = IGOptions.of(ig_options)
     row, K = fn.row, len(baselines)
     P = min(next((i for i, (u, v) in enumerate(zip(row.ids[:row.m], b)) if u != v), row.m) for b in baselines)
     chunk = o.internal_batch_size or ig_chunk(fn.model, row.m - P + max(len(l) for l in row.labels), row.m, o.memory_budget)
-    t0, steps = time.perf_counter(), int(o.n_steps)
-    while True:
-        per = steps if K == 1 else max(2, steps // K)  # expected gradients: the steps are shared by the baselines
-        rs = [integrated_gradients(fn, b, n_steps=per, internal_batch_size=min(per, chunk)) for b in baselines]
+    def combine(rs):   # the baselines' average, its delta and its tolerance
         a, fx, fb = np.mean([r["attributions"] for r in rs], 0), rs[0]["f_x"], float(np.mean([r["f_baseline"] for r in rs]))
         delta = rs[0]["delta"] if K == 1 else float(np.mean([r["delta"] for r in rs]))
-        limit = float(o.tol) if o.tol is not None else float(o.rel_tol) * max(abs(fx - fb), float(o.floor))
-        if abs(delta) <= limit or not o.refine_to or 2 * steps > o.refine_to: break
-        steps *= 2
+        return a, fx, fb, delta, float(o.tol) if o.tol is not None else float(o.rel_tol) * max(abs(fx - fb), float(o.floor))
+    t0, steps = time.perf_counter(), int(o.n_steps)
+    if o.refinement == "adaptive" and hasattr(fn, "from_embeds"):
+        # expected gradients: the points are shared by the baselines
+        per, cap = max(4, steps // K), (int(o.refine_to) // K if o.refine_to else None)
+        with _input_grads_only(fn.model):
+            rs = [adaptive_ig(fn, b, n_steps=per, max_steps=cap, rel_tol=o.rel_tol, floor=o.floor, tol=o.tol,
+                              token_rtol=o.token_rtol, chunk=chunk) for b in baselines]
+        steps, per = sum(r["n_steps"] for r in rs), chunk
+    else:   # "doubling": captum's Gauss–Legendre steps, redone with twice as many while the row misses its tolerance
+        while True:
+            per = steps if K == 1 else max(2, steps // K)  # expected gradients: the steps are shared by the baselines
+            rs = [integrated_gradients(fn, b, n_steps=per, internal_batch_size=min(per, chunk)) for b in baselines]
+            *_, delta, limit = combine(rs)
+            if abs(delta) <= limit or not o.refine_to or 2 * steps > o.refine_to: break
+            steps *= 2
+    a, fx, fb, delta, limit = combine(rs)
     return {"attributions": a, "f_x": fx, "f_baseline": fb, "sum_attr": float(a.sum()), "delta": delta, "tol": limit,
             "converged": abs(delta) <= limit, "rel_err": abs(delta) / max(abs(fx - fb), float(o.floor)), "n_steps": steps,
             "chunk": int(min(per, chunk)), "seconds": time.perf_counter() - t0}
 
+# %% ../../nbs/22_toxicity.explain.ipynb #c2f0767b
 def _ig_record(lm, # the loaded adapter
                enc:PromptEncoder, # the prompt encoder (as `score_dataset`'s)
                text:str, # the row's text
@@ -330,15 +428,15 @@ def baseline_gaps(data, # DataFrame with a text column, or a list of texts (e.g.
                 out.append({"row": i, "baseline": name, "f_x": fx, "f_baseline": fb, "gap": abs(fx - fb)})
     return pd.DataFrame(out)
 
-def choose_baseline(gaps:pd.DataFrame, # from `baseline_gaps`
-                    min_gap:float=0.5, # nats: a row has something to attribute when its gap reaches this
-                   )->tuple:
-    "(chosen baseline, table): the largest share of rows with gap ≥ `min_gap` wins (ties: the larger median gap)."
+def gap_table(gaps:pd.DataFrame, # from `baseline_gaps`
+              min_gap:float=0.5, # nats: a row has much to attribute when its gap reaches this
+             )->pd.DataFrame:
+    "Per baseline: rows, the share with gap ≥ `min_gap`, the median gap and mean f(x'), largest share first (ties: median gap)."
     t = (gaps.groupby("baseline", sort=False)
              .agg(rows=("gap", "size"), share_gap_ge=("gap", lambda g: float((g >= min_gap).mean())),
                   median_gap=("gap", "median"), mean_f_baseline=("f_baseline", "mean"))
              .sort_values(["share_gap_ge", "median_gap"], ascending=False, kind="stable").reset_index())
-    return str(t.baseline.iloc[0]), t.rename(columns={"share_gap_ge": f"share_gap_ge_{min_gap:g}"})
+    return t.rename(columns={"share_gap_ge": f"share_gap_ge_{min_gap:g}"})
 
 # %% ../../nbs/22_toxicity.explain.ipynb #3f224f0c
 def _select(df:pd.DataFrame, # the rows

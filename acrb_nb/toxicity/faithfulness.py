@@ -9,7 +9,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 from ..core import rng as _rng
-from ..runner import StageResult
+from ..runner import StageResult, Progress
 from ..stats import bootstrap
 from fastcore.meta import delegates
 from ..execution import Execution
@@ -19,7 +19,8 @@ from .options import IGOptions
 from .explain import explain_rows
 
 # %% auto #0
-__all__ = ['perturbation_curves', 'aopc_difference', 'lm_margins', 'deletion_curve', 'plot_deletion', 'compare_baselines']
+__all__ = ['perturbation_curves', 'aopc_difference', 'lm_margins', 'deletion_curve', 'plot_deletion', 'compare_baselines',
+           'choose_baseline']
 
 # %% ../../nbs/22a_toxicity.faithfulness.ipynb #588f6e63
 def _orders(r, n_random:int, seed:int)->list:
@@ -86,6 +87,7 @@ def aopc_difference(curve:pd.DataFrame, # from `perturbation_curves`
 # %% ../../nbs/22a_toxicity.faithfulness.ipynb #9cf1b821
 def lm_margins(model, # a registry name, adapter, or (model, tokenizer): the model the IG rows explain
                batch_size:int=32, # sequences per forward pass
+               desc:str="re-scoring", # the progress label
                **model_kw, # options for `resolve_model`
               )->Callable:
     "A `margins` function for `perturbation_curves`: re-score token-id lists with the rows' teacher-forced labels."
@@ -96,8 +98,12 @@ def lm_margins(model, # a registry name, adapter, or (model, tokenizer): the mod
     def margins(seqs, rows):
         eps = [EncodedPrompt("", "", list(s), [], (0, 0), len(s), [list(l) for l in r["label_ids"]], list(r["label_skip"]),
                              0, 0, False) for s, r in zip(seqs, rows)]
-        with getattr(lm, "_lock", contextlib.nullcontext()):
-            lp = score_encoded(mdl, eps, pad_id=pad_token_id(tok), batch_size=batch_size)
+        out, block = [], 8 * batch_size   # in blocks, for progress
+        with getattr(lm, "_lock", contextlib.nullcontext()), Progress(len(eps), desc, unit="sequences") as pr:
+            for i in range(0, len(eps), block):
+                out.append(score_encoded(mdl, eps[i:i + block], pad_id=pad_token_id(tok), batch_size=batch_size))
+                pr.update(len(eps[i:i + block]))
+        lp = np.concatenate(out) if out else np.zeros((0, 2))
         return lp[:, 0] - lp[:, 1]
     return margins
 
@@ -113,8 +119,8 @@ def deletion_curve(ig:StageResult|pd.DataFrame, # output of `explain_rows` (or i
                   )->StageResult:
     "Deletion (and insertion) curves with the LM: one row per (idx, mode, order, fraction); AOPCs and their differences in the summary."
     if isinstance(ig, StageResult): ig = ig.rows
-    curve = perturbation_curves(ig, lm_margins(model, batch_size, **model_kw), fractions=fractions, n_random=n_random,
-                                seed=seed, modes=modes)
+    curve = perturbation_curves(ig, lm_margins(model, batch_size, desc=f"{' and '.join(modes)} check", **model_kw),
+                                fractions=fractions, n_random=n_random, seed=seed, modes=modes)
     dl = curve[curve["mode"] == modes[0]]
     aopc = dl.groupby("order")["drop"].mean()
     per_row = dl.groupby(["idx", "order"])["drop"].mean().unstack()
@@ -149,6 +155,7 @@ def compare_baselines(data, # rows to explain (a DataFrame with a text column, a
                       model, # as in `explain_rows`
                       baselines:Sequence[str]=("mean", "zero", "pad", "filler", "uniform", "blur", "expected"), # the candidates
                       *, rows=None, # as in `explain_rows` (None: all rows of `data`)
+                      fractions:Sequence[float]=(0.1, 0.2, 0.3, 0.4, 0.5), # shares of text tokens removed / inserted
                       n_random:int=3, # random orders per row in the deletion and insertion checks
                       n_boot:int=1000, # bootstrap resamples of the AOPC differences
                       seed:int=0, # seeds the random baselines, orders and resamples
@@ -156,12 +163,13 @@ def compare_baselines(data, # rows to explain (a DataFrame with a text column, a
                      )->pd.DataFrame:
     "One row per baseline: how much there is to attribute, convergence, cost, and deletion / insertion faithfulness."
     opts = IGOptions.of(kwargs.pop("ig_options", None))
-    ex = Execution.of(kwargs.pop("execution", None), progress=False)
-    out = []
+    ex = Execution.of(kwargs.pop("execution", None), progress=False)   # the progress shown is the baselines'
+    out, pr = [], Progress(len(baselines), "baseline study", unit="baselines")
     for b in baselines:
         igr = explain_rows(data, model, rows=rows, ig_options=opts.replace(baseline=b), seed=seed, execution=ex, **kwargs)
         ig = igr.rows
-        cur = deletion_curve(ig, model, n_random=n_random, seed=seed, modes=("deletion", "insertion"), n_boot=n_boot)
+        cur = deletion_curve(ig, model, fractions=fractions, n_random=n_random, seed=seed, modes=("deletion", "insertion"),
+                             n_boot=n_boot)
         gap = (ig["score"] - ig["f_baseline"]).abs()
         rec = {"baseline": b, "rows": len(ig), "gap_ge_0.5": float((gap >= 0.5).mean()), "median_gap": float(gap.median()),
                "converged": float(ig["converged"].mean()), "median_rel_err": float(ig["rel_err"].median()),
@@ -169,4 +177,20 @@ def compare_baselines(data, # rows to explain (a DataFrame with a text column, a
         for m, r in cur.summary["difference"].items():
             rec.update({f"{m}_diff": r["diff"], f"{m}_lo": r["lo"], f"{m}_hi": r["hi"]})
         out.append(rec)
+        pr.update()
+    pr.close()
     return pd.DataFrame(out)
+
+def choose_baseline(table:pd.DataFrame, # from `compare_baselines` (deletion and insertion columns)
+                   )->tuple:
+    """(chosen baseline, the table ranked): the largest mean of the deletion and insertion AOPC(IG) − AOPC(random)
+    wins; ties go to the larger of the two lower interval bounds' minimum."""
+    need = {"baseline", "deletion_diff", "insertion_diff", "deletion_lo", "insertion_lo"}
+    if not need <= set(table.columns):
+        raise ValueError("choose_baseline needs compare_baselines' deletion and insertion columns; "
+                         f"missing {sorted(need - set(table.columns))}")
+    t = table.assign(faithfulness=table[["deletion_diff", "insertion_diff"]].mean(axis=1),
+                     min_lo=table[["deletion_lo", "insertion_lo"]].min(axis=1))
+    t = t.sort_values(["faithfulness", "min_lo"], ascending=False, kind="stable", na_position="last").reset_index(drop=True)
+    t["chosen"] = np.arange(len(t)) == 0
+    return str(t["baseline"].iloc[0]), t

@@ -8,7 +8,7 @@ import dataclasses, numbers
 from ..core import Options  # the base of every options class (00_core)
 
 # %% auto #0
-__all__ = ['METHODS', 'BASELINES', 'ScoreOptions', 'IGOptions']
+__all__ = ['METHODS', 'BASELINES', 'REFINEMENTS', 'ScoreOptions', 'IGOptions']
 
 # %% ../../nbs/21a_toxicity.options.ipynb #3d9f2068
 def _check_number(owner:str, # the class, for the message
@@ -45,6 +45,7 @@ class ScoreOptions(Options):
 
 # %% ../../nbs/21a_toxicity.options.ipynb #120770c7
 BASELINES = ("mean", "zero", "pad", "filler", "uniform", "blur", "expected", "mask") # `IGOptions.baseline` choices
+REFINEMENTS = ("adaptive", "doubling") # `IGOptions.refinement` choices
 
 @dataclasses.dataclass(frozen=True)
 class IGOptions(Options):
@@ -53,7 +54,9 @@ class IGOptions(Options):
     baseline_scope:str="text" # "text": only the text's tokens are replaced; "all": every prompt token
     n_samples:int=4 # baselines averaged over by `baseline="expected"`
     n_steps:int=16 # quadrature points to start with
-    refine_to:int|None=128 # double the steps while a row misses its tolerance, up to this many (None or 0: never)
+    refine_to:int|None=128 # refine while a row misses its tolerance, up to this many points (None or 0: never)
+    refinement:str="adaptive" # "adaptive": nested points added where the error is (`adaptive_ig`); "doubling": 2x the steps from scratch
+    token_rtol:float|None=0.3 # "adaptive": also refine until the attributions' error estimate is ≤ this share of Σ|attributions|
     rel_tol:float=0.05 # completeness tolerance per row: |delta| <= rel_tol * max(|f(x) − f(x')|, floor)
     floor:float=1.0 # nats: below this gap the tolerance is rel_tol * floor
     tol:float|None=None # an absolute tolerance instead of the relative one (nats)
@@ -66,11 +69,13 @@ class IGOptions(Options):
         if self.baseline_scope not in ("text", "all"):
             raise ValueError(f"baseline_scope must be 'text' or 'all', got {self.baseline_scope!r}")
         if self.method not in METHODS: raise ValueError(f"IGOptions.method must be 'cache' or 'full', got {self.method!r}")
+        if self.refinement not in REFINEMENTS:
+            raise ValueError(f"IGOptions.refinement must be one of {REFINEMENTS}, got {self.refinement!r}")
         for n in ("n_samples", "n_steps"): _check_number("IGOptions", n, getattr(self, n))
         _check_number("IGOptions", "refine_to", self.refine_to, lo=0, optional=True)
         _check_number("IGOptions", "internal_batch_size", self.internal_batch_size, optional=True)
-        for n in ("rel_tol", "floor", "tol", "memory_budget"):
-            _check_number("IGOptions", n, getattr(self, n), lo=0, integer=False, optional=n == "tol")
+        for n in ("rel_tol", "floor", "tol", "memory_budget", "token_rtol"):
+            _check_number("IGOptions", n, getattr(self, n), lo=0, integer=False, optional=n in ("tol", "token_rtol"))
 
     def key_settings(self, seed:int, # the run's seed (it seeds the random baselines)
                     )->dict:
@@ -78,4 +83,5 @@ class IGOptions(Options):
         return {"n_steps": int(self.n_steps), "baseline": self.baseline, "baseline_scope": self.baseline_scope,
                 "method": self.method, "tol": None if self.tol is None else float(self.tol), "rel_tol": float(self.rel_tol),
                 "floor": float(self.floor), "refine_to": int(self.refine_to) if self.refine_to else None, "seed": int(seed),
+                "refinement": self.refinement, "token_rtol": self.token_rtol if self.refinement == "adaptive" else None,
                 "n_samples": int(self.n_samples) if self.baseline == "expected" else None}
