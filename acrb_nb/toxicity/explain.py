@@ -263,12 +263,12 @@ def _simpson2(p:Mapping, a:Fraction, c:Fraction)->tuple:
 # %% ../../nbs/22_toxicity.explain.ipynb #fa6ff22a
 def adaptive_ig(fn:LabelMargin, # the row's margin function
                 baseline:Sequence[int], # baseline ids (see `baseline_inputs`)
-                *, n_steps:int=16, # points to start with (rounded to 4 per region, plus the end)
+                *, n_steps:int=4, # points to start with: 4 per region (and the end), so 4 means one region, 5 points
                 max_steps:int|None=128, # at most this many points (None: never refine)
                 rel_tol:float=0.05, # completeness tolerance relative to max(|f(x) − f(x')|, floor)
                 floor:float=1.0, # nats
                 tol:float|None=None, # an absolute tolerance instead (nats)
-                token_rtol:float|None=0.3, # per-token accuracy: error estimate ≤ this share of Σ|attributions| (None: off)
+                token_rtol:float|None=0.5, # per-token accuracy: error estimate ≤ this share of Σ|attributions| (None: off)
                 chunk:int=16, # points per forward + backward pass
                )->dict:
     "IG of one row by nested adaptive Simpson quadrature: attributions, f(x), f(x'), delta, points used, converged."
@@ -338,7 +338,7 @@ def explain_margin(fn:LabelMargin, # the row's margin function
         a, fx, fb = np.mean([r["attributions"] for r in rs], 0), rs[0]["f_x"], float(np.mean([r["f_baseline"] for r in rs]))
         delta = rs[0]["delta"] if K == 1 else float(np.mean([r["delta"] for r in rs]))
         return a, fx, fb, delta, float(o.tol) if o.tol is not None else float(o.rel_tol) * max(abs(fx - fb), float(o.floor))
-    t0, steps = time.perf_counter(), int(o.n_steps)
+    t0, steps = time.perf_counter(), o.start_steps
     if o.refinement == "adaptive" and hasattr(fn, "from_embeds"):
         # expected gradients: the points are shared by the baselines
         per, cap = max(4, steps // K), (int(o.refine_to) // K if o.refine_to else None)

@@ -53,10 +53,10 @@ class IGOptions(Options):
     baseline:str="filler" # one of `BASELINES`: what "no text" is (see *Choosing a baseline by measurement* in `22_toxicity.explain`)
     baseline_scope:str="text" # "text": only the text's tokens are replaced; "all": every prompt token
     n_samples:int=4 # baselines averaged over by `baseline="expected"`
-    n_steps:int=16 # quadrature points to start with
+    n_steps:int|None=None # points to start with (None: 5 for "adaptive", one region; 16 for "doubling")
     refine_to:int|None=128 # refine while a row misses its tolerance, up to this many points (None or 0: never)
     refinement:str="adaptive" # "adaptive": nested points added where the error is (`adaptive_ig`); "doubling": 2x the steps from scratch
-    token_rtol:float|None=0.3 # "adaptive": also refine until the attributions' error estimate is ≤ this share of Σ|attributions|
+    token_rtol:float|None=0.5 # "adaptive": also refine until the attributions' error estimate is ≤ this share of Σ|attributions|
     rel_tol:float=0.05 # completeness tolerance per row: |delta| <= rel_tol * max(|f(x) − f(x')|, floor)
     floor:float=1.0 # nats: below this gap the tolerance is rel_tol * floor
     tol:float|None=None # an absolute tolerance instead of the relative one (nats)
@@ -71,16 +71,22 @@ class IGOptions(Options):
         if self.method not in METHODS: raise ValueError(f"IGOptions.method must be 'cache' or 'full', got {self.method!r}")
         if self.refinement not in REFINEMENTS:
             raise ValueError(f"IGOptions.refinement must be one of {REFINEMENTS}, got {self.refinement!r}")
-        for n in ("n_samples", "n_steps"): _check_number("IGOptions", n, getattr(self, n))
+        _check_number("IGOptions", "n_samples", self.n_samples)
+        _check_number("IGOptions", "n_steps", self.n_steps, optional=True)
         _check_number("IGOptions", "refine_to", self.refine_to, lo=0, optional=True)
         _check_number("IGOptions", "internal_batch_size", self.internal_batch_size, optional=True)
         for n in ("rel_tol", "floor", "tol", "memory_budget", "token_rtol"):
             _check_number("IGOptions", n, getattr(self, n), lo=0, integer=False, optional=n in ("tol", "token_rtol"))
 
+    @property
+    def start_steps(self)->int:
+        "The points (adaptive) or steps (doubling) a row starts with."
+        return int(self.n_steps) if self.n_steps else (4 if self.refinement == "adaptive" else 16)
+
     def key_settings(self, seed:int, # the run's seed (it seeds the random baselines)
                     )->dict:
         "What enters an IG row's key and record: every field that can change the attributions, and the seed."
-        return {"n_steps": int(self.n_steps), "baseline": self.baseline, "baseline_scope": self.baseline_scope,
+        return {"n_steps": self.start_steps, "baseline": self.baseline, "baseline_scope": self.baseline_scope,
                 "method": self.method, "tol": None if self.tol is None else float(self.tol), "rel_tol": float(self.rel_tol),
                 "floor": float(self.floor), "refine_to": int(self.refine_to) if self.refine_to else None, "seed": int(seed),
                 "refinement": self.refinement, "token_rtol": self.token_rtol if self.refinement == "adaptive" else None,
