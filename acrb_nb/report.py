@@ -364,7 +364,9 @@ class _ProgressFeed:
         for line in data[:end].splitlines():
             try: rec = json.loads(line)
             except ValueError: continue
-            self.on_progress(rec)
+            try: self.on_progress(rec)
+            except Exception as e:  # showing progress must never stop the report, nor the lines after this one
+                warnings.warn(f"progress display failed: {type(e).__name__}: {e}")
 
     def __exit__(self, *exc):
         self._stop.set()
@@ -380,12 +382,13 @@ def progress_printer(label: str, # what is running, e.g. "toxicity/smollm2-135m"
                      clock=time.monotonic, # the time source (tests pass a fake one)
                     ):
     "The command line's `on_progress`: one line per phase at most every `every` seconds, e.g. `toxicity/m · IG: 3/50 …`."
-    last = {}
+    last = {}  # phase -> (when its last line printed, whether that line was its last)
     def show(rec: Mapping):
         key, now, final = rec.get("desc"), clock(), rec.get("done", 0) >= rec.get("total", 0)
-        if not final and key in last and now - last[key] < every: return
-        if final and last.get(key) == "final": return
-        last[key] = "final" if final else now
+        t, ended = last.get(key, (None, False))
+        if ended and final: return                                   # its last line is out
+        if not ended and not final and t is not None and now - t < every: return
+        last[key] = (now, final)                                     # a phase of the same name may start again
         from acrb_nb.runner import progress_line
         print(f"  {label} · {progress_line(rec)}", file=stream or sys.stderr, flush=True)
     return show
