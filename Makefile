@@ -56,4 +56,4 @@ readme: install
 	$(PY) tools/make_readme.py
 
 bench: install
-	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b; done
+	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b; done

@@ -25,6 +25,7 @@ import argparse, os, time
 os.environ.setdefault("HF_HUB_OFFLINE", "1"); os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("ACRB_PROGRESS", "0")
 import numpy as np
+from _bench_lm import load_text_lm  # bench/ is on sys.path when a bench script runs
 import pandas as pd
 
 from acrb_nb.core import peak_rss_gb  # this process's peak resident memory (GB)
@@ -51,14 +52,11 @@ def main(argv=None):
     a = ap.parse_args(argv)
     t_start = time.perf_counter()
     import torch
-    from acrb_nb.adapters.base import TEXT_LMS
     from acrb_nb.adapters.text import context_length
     from acrb_nb.toxicity.prompts import PromptEncoder
     from acrb_nb.toxicity.explain import LabelMargin, baseline_inputs, explain_margin
     from acrb_nb.toxicity.options import IGOptions
-    try: lm = TEXT_LMS.create(a.model)
-    except (ModuleNotFoundError, FileNotFoundError) as e:
-        print(f"! {a.model} unavailable ({e}); using tiny-gpt2 (random weights)"); lm = TEXT_LMS.create("tiny-gpt2")
+    lm = load_text_lm(a.model)
     model, tok = lm.model, lm.tokenizer
     texts, task = _report_rows(a.rows)
     enc = PromptEncoder(tok, task, chat=True, context=context_length(model))

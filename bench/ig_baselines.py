@@ -2,7 +2,7 @@
 
 On calibration rows of the shipped ToxiGen sample (the split the toxicity report never evaluates on), SmolLM2-135M with
 the seed framing (task "toxicity", chat template, no in-context examples): for every candidate baseline the gap
-|f(x) − f(x′)| per row (`toxicity.explain.baseline_gaps`, forward passes only), and `choose_baseline`'s ranking (the
+|f(x) − f(x′)| per row (`toxicity.explain.baseline_gaps`, forward passes only), and `gap_table`'s ranking (the
 largest share of rows whose gap reaches 0.5 nats; ties: the larger median gap), the default chosen among the baselines
 that remove the text (`NO_TEXT_BASELINES`; blur, a smoothed copy of the text, is measured for comparison). A row whose gap is smaller has almost
 nothing to attribute, however well its integral converges. With `--ig-rows N` it also runs Integrated Gradients and the
@@ -51,7 +51,7 @@ def main(argv=None):
     from acrb_nb.adapters.base import TEXT_LMS
     from acrb_nb.data import load_toxigen
     from acrb_nb.toxicity.calibration import calibration_split, pick_examples, with_examples, Framing, TOXIC_SAFE
-    from acrb_nb.toxicity.explain import baseline_gaps, choose_baseline, NO_TEXT_BASELINES
+    from acrb_nb.toxicity.explain import baseline_gaps, gap_table, NO_TEXT_BASELINES
     from acrb_nb.toxicity.faithfulness import compare_baselines
     lm = TEXT_LMS.create(a.model)
     tox = load_toxigen()
@@ -73,8 +73,8 @@ def main(argv=None):
         if "filler" in bl:  # the same baseline computed both ways: filler:dot is the library's " ." filler
             same = gaps.pivot_table(index="row", columns="baseline", values="f_baseline")
             assert np.allclose(same["filler"], same["filler:dot"], atol=1e-4), same[["filler", "filler:dot"]]
-    chosen, _ = choose_baseline(gaps[gaps.baseline.isin(NO_TEXT_BASELINES)])  # the default is chosen among "no text" baselines
-    table = choose_baseline(gaps)[1]
+    chosen = str(gap_table(gaps[gaps.baseline.isin(NO_TEXT_BASELINES)]).baseline.iloc[0])  # among "no text" baselines
+    table = gap_table(gaps)
     fx = gaps.drop_duplicates("row").f_x
     print(f"gap |f(x) − f(baseline)| on {a.rows} {a.split} rows, {a.framing} framing (f(x): mean {fx.mean():.2f}, sd {fx.std():.2f}; "
           f"|f(x)| ≥ 0.5 on {(fx.abs() >= 0.5).mean():.0%})")

@@ -23,6 +23,7 @@ import argparse, os, time
 os.environ.setdefault("HF_HUB_OFFLINE", "1"); os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("ACRB_PROGRESS", "0")
 import numpy as np
+from _bench_lm import load_text_lm  # bench/ is on sys.path when a bench script runs
 import torch
 
 
@@ -40,13 +41,10 @@ def main(argv=None):
     ap.add_argument("--check-steps", type=int, default=64, help="one more row at this many steps, chunked, for the peak memory")
     a = ap.parse_args(argv)
     t_start = time.perf_counter()
-    from acrb_nb.adapters.base import TEXT_LMS
     from acrb_nb.adapters.text import context_length
     from acrb_nb.toxicity.prompts import PromptEncoder
     from acrb_nb.toxicity.explain import LabelMargin, baseline_inputs, integrated_gradients, ig_per_step_loop, ig_chunk
-    try: lm = TEXT_LMS.create(a.model)
-    except (ModuleNotFoundError, FileNotFoundError) as e:
-        print(f"! {a.model} unavailable ({e}); using tiny-gpt2 (random weights)"); lm = TEXT_LMS.create("tiny-gpt2")
+    lm = load_text_lm(a.model)
     model, tok = lm.model, lm.tokenizer
     try:
         from acrb_nb.data import load_toxigen

@@ -21,6 +21,7 @@ import argparse, os, sys, time
 os.environ.setdefault("HF_HUB_OFFLINE", "1"); os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("ACRB_PROGRESS", "0")
 import numpy as np
+from _bench_lm import load_text_lm  # bench/ is on sys.path when a bench script runs
 import torch
 
 
@@ -65,14 +66,11 @@ def main(argv=None):
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--task", default="toxicity")
     a = ap.parse_args(argv)
-    from acrb_nb.adapters.base import TEXT_LMS
     from acrb_nb.adapters.text import context_length
     from acrb_nb.toxicity.prompts import PromptEncoder
     from acrb_nb.toxicity.zeroshot import score_encoded, batches_by_length, collate, pad_token_id
     t0 = time.perf_counter()
-    try: lm = TEXT_LMS.create(a.model)
-    except (ModuleNotFoundError, FileNotFoundError) as e:
-        print(f"! {a.model} unavailable ({e}); using tiny-gpt2 (random weights)"); lm = TEXT_LMS.create("tiny-gpt2")
+    lm = load_text_lm(a.model)
     model, tok = lm.model, lm.tokenizer
     t_load = time.perf_counter() - t0
     texts, source = load_texts(a.rows)

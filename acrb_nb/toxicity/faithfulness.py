@@ -164,21 +164,21 @@ def compare_baselines(data, # rows to explain (a DataFrame with a text column, a
     "One row per baseline: how much there is to attribute, convergence, cost, and deletion / insertion faithfulness."
     opts = IGOptions.of(kwargs.pop("ig_options", None))
     ex = Execution.of(kwargs.pop("execution", None), progress=False)   # the progress shown is the baselines'
-    out, pr = [], Progress(len(baselines), "baseline study", unit="baselines")
-    for b in baselines:
-        igr = explain_rows(data, model, rows=rows, ig_options=opts.replace(baseline=b), seed=seed, execution=ex, **kwargs)
-        ig = igr.rows
-        cur = deletion_curve(ig, model, fractions=fractions, n_random=n_random, seed=seed, modes=("deletion", "insertion"),
-                             n_boot=n_boot)
-        gap = (ig["score"] - ig["f_baseline"]).abs()
-        rec = {"baseline": b, "rows": len(ig), "gap_ge_0.5": float((gap >= 0.5).mean()), "median_gap": float(gap.median()),
-               "converged": float(ig["converged"].mean()), "median_rel_err": float(ig["rel_err"].median()),
-               "median_steps": float(ig["n_steps"].median()), "seconds_per_row": igr.summary["seconds_per_row"]}
-        for m, r in cur.summary["difference"].items():
-            rec.update({f"{m}_diff": r["diff"], f"{m}_lo": r["lo"], f"{m}_hi": r["hi"]})
-        out.append(rec)
-        pr.update()
-    pr.close()
+    out = []
+    with Progress(len(baselines), "baseline study", unit="baselines") as pr:
+        for b in baselines:
+            igr = explain_rows(data, model, rows=rows, ig_options=opts.replace(baseline=b), seed=seed, execution=ex, **kwargs)
+            ig = igr.rows
+            cur = deletion_curve(ig, model, fractions=fractions, n_random=n_random, seed=seed, modes=("deletion", "insertion"),
+                                 n_boot=n_boot)
+            gap = (ig["score"] - ig["f_baseline"]).abs()
+            rec = {"baseline": b, "rows": len(ig), "gap_ge_0.5": float((gap >= 0.5).mean()), "median_gap": float(gap.median()),
+                   "converged": float(ig["converged"].mean()), "median_rel_err": float(ig["rel_err"].median()),
+                   "median_steps": float(ig["n_steps"].median()), "seconds_per_row": igr.summary["seconds_per_row"]}
+            for m, r in cur.summary["difference"].items():
+                rec.update({f"{m}_diff": r["diff"], f"{m}_lo": r["lo"], f"{m}_hi": r["hi"]})
+            out.append(rec)
+            pr.update()
     return pd.DataFrame(out)
 
 def choose_baseline(table:pd.DataFrame, # from `compare_baselines` (deletion and insertion columns)
