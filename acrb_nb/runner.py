@@ -463,6 +463,9 @@ def run_items(fn:Callable[[Any], Mapping], # work function: item -> JSON-seriali
                      if requests else (lambda: limiter.acquire(tokens(it) if tokens else 0))
             res = call_with_retry(lambda: fn(it), retry, gen, sleep, before=before, lock=gen_lock)
             return commit_result(led.store, led.keys[i], res, led.count_as)  # written in the worker thread, as soon as it is done
+        if max_workers == 1:   # one call at a time: in this thread (see the text: torch's threads serve one caller)
+            for i in led.todo: led.finish(i, *one(i))
+            return led.result()
         with ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="acrb-run") as ex:
             pending, todo = {}, iter(led.todo)
             while True:

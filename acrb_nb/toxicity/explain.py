@@ -51,15 +51,17 @@ def ig_embedding(emb, # the model's input embedding module
             return torch.where((ids < 0)[..., None], v.to(e.dtype), e)
     return IGEmbedding(emb)
 
+# %% ../../nbs/22_toxicity.explain.ipynb #775103d0
 class LabelMargin:
     "f(prompt) = log P(positive label | prompt) − log P(negative label | prompt) for one encoded row, from ids or embeddings."
     def __init__(self, model, # a transformers causal LM
                  row:EncodedPrompt, # the encoded row (its labels and skips are used)
                  method:str="cache", # see `label_logprobs`
                  share_prefix:bool=True, # run leading positions equal in every path point once per row (see the text)
+                 prefix_caches:dict|None=None, # KV caches of prefixes shared by rows (the template before the texts)
                 ):
         import torch
-        self.model, self.row, self.method, self.share = model, row, method, share_prefix
+        self.model, self.row, self.method, self.share, self._shared = model, row, method, share_prefix, prefix_caches
         self._pre = None  # (prefix embeddings, their KV cache): the template before the text, computed once per row
         self.dev = next(model.parameters()).device
         self.embed = ig_embedding(model.get_input_embeddings())
@@ -91,12 +93,20 @@ class LabelMargin:
 
     def _prefix(self, pe, # [1, P, d] the embeddings shared by every point of the batch
                ):
-        "The KV cache of the shared prefix, kept while the prefix stays the same (no gradient reaches it; see the text)."
-        import torch
+        """The KV cache of the shared prefix, kept while the prefix stays the same (no gradient reaches it; see the text),
+        and in `prefix_caches` for the next rows (the same template before another text: found by its exact embeddings)."""
+        import torch, hashlib
         pe = pe.detach()
-        if self._pre is None or self._pre[0].shape != pe.shape or not torch.equal(self._pre[0], pe):
-            with torch.no_grad(): self._pre = (pe, prefix_kv(self.model, prefix_embeds=pe))
-        return self._pre[1]
+        if self._pre is not None and self._pre[0].shape == pe.shape and torch.equal(self._pre[0], pe): return self._pre[1]
+        key = (tuple(pe.shape), hashlib.blake2b(pe.float().cpu().numpy().tobytes(), digest_size=16).digest())
+        kv = None if self._shared is None else self._shared.get(key)
+        if kv is None:
+            with torch.no_grad(): kv = prefix_kv(self.model, prefix_embeds=pe)
+            if self._shared is not None:
+                while len(self._shared) >= 4: self._shared.pop(next(iter(self._shared)))
+                self._shared[key] = kv
+        self._pre = (pe, kv)
+        return kv
 
     def __call__(self, ids, # [N, T] prompt ids (negative ids: `ig_embedding`'s vectors)
                 ):
@@ -364,11 +374,12 @@ def _ig_record(lm, # the loaded adapter
                text:str, # the row's text
                *, opts:IGOptions, # how the row is explained
                seed:int, # seeds the random baselines
+               prefix_caches:dict|None=None, # the template's KV cache, shared by the rows (see `LabelMargin`)
               )->dict:
     "One row's IG record (what the store keeps)."
     mdl, tok = hf_parts(lm)
     row = enc.encode([text])[0]
-    fn = LabelMargin(mdl, row, method=opts.method)
+    fn = LabelMargin(mdl, row, method=opts.method, prefix_caches=prefix_caches)
     settings = opts.key_settings(seed)
     with getattr(lm, "_lock", contextlib.nullcontext()):
         bs = baseline_inputs(fn, tok, opts.baseline, opts.baseline_scope, seed=seed, n_samples=opts.n_samples)
@@ -391,7 +402,8 @@ def _ig_work(lm, # the loaded model (in this process, or in a Ray worker)
             )->Callable:
     "The per-row work function (`make_work` of the session): fn({'key', 'text'}) -> the row's IG record."
     lm, enc = _ig_parts(lm, task, chat, max_text_tokens)
-    def work(item): return _ig_record(lm, enc, item["text"], opts=opts, seed=seed)
+    caches = {}   # the template before the texts is run once for all rows, not once per row
+    def work(item): return _ig_record(lm, enc, item["text"], opts=opts, seed=seed, prefix_caches=caches)
     work.enc = enc
     return work
 

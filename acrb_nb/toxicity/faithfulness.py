@@ -90,22 +90,36 @@ def lm_margins(model, # a registry name, adapter, or (model, tokenizer): the mod
                desc:str="re-scoring", # the progress label
                **model_kw, # options for `resolve_model`
               )->Callable:
-    "A `margins` function for `perturbation_curves`: re-score token-id lists with the rows' teacher-forced labels."
+    """A `margins` function for `perturbation_curves`: re-score token-id lists with the rows' teacher-forced labels. It
+    remembers every sequence it scored (a second call with the same sequence and labels costs nothing: the random
+    orders, the full and the empty prompt are the same for every baseline of a row) and the template's KV cache."""
     lm = resolve_model(model, **model_kw)
     parts = hf_parts(lm)
     if parts is None: raise TypeError("deletion and insertion curves need a local transformers model")
     mdl, tok = parts
+    memo, caches = {}, {}
     def margins(seqs, rows):
-        eps = [EncodedPrompt("", "", list(s), [], (0, 0), len(s), [list(l) for l in r["label_ids"]], list(r["label_skip"]),
-                             0, 0, False) for s, r in zip(seqs, rows)]
+        keys = [(tuple(s), tuple(map(tuple, r["label_ids"])), tuple(r["label_skip"])) for s, r in zip(seqs, rows)]
+        new = list({k: r for k, r in zip(keys, rows) if k not in memo}.items())
+        # the template before the text is the same in every sequence of a row: its KV cache is computed once
+        eps = [EncodedPrompt("", "", list(k[0]), [], (t0 := _text_start(r), t0), len(k[0]), [list(l) for l in k[1]], list(k[2]),
+                             0, 0, False) for k, r in new]
         out, block = [], 8 * batch_size   # in blocks, for progress
         with getattr(lm, "_lock", contextlib.nullcontext()), Progress(len(eps), desc, unit="sequences") as pr:
             for i in range(0, len(eps), block):
-                out.append(score_encoded(mdl, eps[i:i + block], pad_id=pad_token_id(tok), batch_size=batch_size))
+                out.append(score_encoded(mdl, eps[i:i + block], pad_id=pad_token_id(tok), batch_size=batch_size,
+                                         prefix_caches=caches))
                 pr.update(len(eps[i:i + block]))
         lp = np.concatenate(out) if out else np.zeros((0, 2))
-        return lp[:, 0] - lp[:, 1]
+        memo.update(zip([k for k, _ in new], lp[:, 0] - lp[:, 1]))
+        return np.array([memo[k] for k in keys], float)
+    margins.scored = lambda: len(memo)  # sequences scored so far (each once)
     return margins
+
+def _text_start(r)->int:
+    "The first text position of an IG row (the template before it is kept by every deletion and insertion)."
+    t = np.flatnonzero(np.asarray(r["is_text"], bool))
+    return int(t[0]) if len(t) else len(r["token_ids"])
 
 def deletion_curve(ig:StageResult|pd.DataFrame, # output of `explain_rows` (or its rows)
                    model, # the same model (registry name, adapter, or (model, tokenizer))
@@ -115,12 +129,13 @@ def deletion_curve(ig:StageResult|pd.DataFrame, # output of `explain_rows` (or i
                    batch_size:int=32, # sequences per forward pass
                    modes:Sequence[str]=("deletion",), # add "insertion" for insertion curves
                    n_boot:int=2000, # bootstrap resamples of the AOPC difference
+                   margins:Callable|None=None, # an `lm_margins(model)` to reuse (what it scored before is not scored again)
                    **model_kw, # options for `resolve_model`
                   )->StageResult:
     "Deletion (and insertion) curves with the LM: one row per (idx, mode, order, fraction); AOPCs and their differences in the summary."
     if isinstance(ig, StageResult): ig = ig.rows
-    curve = perturbation_curves(ig, lm_margins(model, batch_size, desc=f"{' and '.join(modes)} check", **model_kw),
-                                fractions=fractions, n_random=n_random, seed=seed, modes=modes)
+    margins = margins or lm_margins(model, batch_size, desc=f"{' and '.join(modes)} check", **model_kw)
+    curve = perturbation_curves(ig, margins, fractions=fractions, n_random=n_random, seed=seed, modes=modes)
     dl = curve[curve["mode"] == modes[0]]
     aopc = dl.groupby("order")["drop"].mean()
     per_row = dl.groupby(["idx", "order"])["drop"].mean().unstack()
@@ -164,13 +179,14 @@ def compare_baselines(data, # rows to explain (a DataFrame with a text column, a
     "One row per baseline: how much there is to attribute, convergence, cost, and deletion / insertion faithfulness."
     opts = IGOptions.of(kwargs.pop("ig_options", None))
     ex = Execution.of(kwargs.pop("execution", None), progress=False)   # the progress shown is the baselines'
-    out = []
+    # one re-scorer for all candidates: a row's random orders, full and empty prompts are scored once, not per baseline
+    margins, out = lm_margins(model, desc="baseline study: deletion and insertion"), []
     with Progress(len(baselines), "baseline study", unit="baselines") as pr:
         for b in baselines:
             igr = explain_rows(data, model, rows=rows, ig_options=opts.replace(baseline=b), seed=seed, execution=ex, **kwargs)
             ig = igr.rows
             cur = deletion_curve(ig, model, fractions=fractions, n_random=n_random, seed=seed, modes=("deletion", "insertion"),
-                                 n_boot=n_boot)
+                                 n_boot=n_boot, margins=margins)
             gap = (ig["score"] - ig["f_baseline"]).abs()
             rec = {"baseline": b, "rows": len(ig), "gap_ge_0.5": float((gap >= 0.5).mean()), "median_gap": float(gap.median()),
                    "converged": float(ig["converged"].mean()), "median_rel_err": float(ig["rel_err"].median()),

@@ -74,11 +74,13 @@ def collate(rows:Sequence[EncodedPrompt], # encoded prompts (one batch)
             pad_id:int=0, # id used for padding (never attended to)
             device="cpu", # torch device
             share_prefix:bool=True, # split off the tokens every row starts with (run once for the batch)
+            max_prefix:int|None=None, # split off at most this many (e.g. the template before the text: the same in every batch)
            )->dict:
     "Tensors for `label_logprobs`: shared prefix, left-padded rest of the prompts, right-padded labels, scored-position mask."
     import torch
     B, K = len(rows), len(rows[0].labels)
     P = min(_common_prefix([r.ids[:r.m] for r in rows]), min(r.m for r in rows) - 1) if share_prefix else 0
+    if max_prefix is not None: P = min(P, int(max_prefix))
     T, L = max(r.m for r in rows) - P, max(len(l) for r in rows for l in r.labels)
     ids = torch.full((B, T), pad_id, dtype=torch.long)
     am = torch.zeros((B, T), dtype=torch.long)
@@ -205,17 +207,36 @@ def score_encoded(model, # a transformers causal LM
                   max_batch_tokens:int|None=None, # cap on padded prompt tokens per batch
                   method:str="cache", # see `label_logprobs`
                   share_prefix:bool=True, # run the rows' common template prefix once per batch (`method="cache"`)
+                  prefix_caches:dict|None=None, # template prefix ids -> KV cache, kept between calls (None: this call's)
                  )->np.ndarray:
-    "Array [len(rows), K] of label log-probabilities, batched by length."
+    "Array [len(rows), K] of label log-probabilities, batched by length; the template before the text runs once."
     import torch
     dev = next(model.parameters()).device
     out = np.full((len(rows), len(rows[0].labels) if rows else 2), np.nan)
+    share, caches = share_prefix and method == "cache", {} if prefix_caches is None else prefix_caches
+    start = min((r.text_span[0] for r in rows), default=0)  # where the first text starts: the template is before it
     with torch.inference_mode():
         for bi in batches_by_length([r.m for r in rows], batch_size, max_batch_tokens):
-            t = collate([rows[i] for i in bi], pad_id, dev, share_prefix=share_prefix and method == "cache")
+            b = [rows[i] for i in bi]
+            P, cache = _shared_prefix(model, caches, b, start) if share else (0, None)
+            t = collate(b, pad_id, dev, share_prefix=share, max_prefix=P)
             out[bi] = label_logprobs(model, t["attention_mask"], t["label_ids"], t["label_valid"], input_ids=t["input_ids"],
-                                     prefix_ids=t["prefix_ids"], method=method).cpu().numpy()
+                                     prefix_cache=cache, method=method).cpu().numpy()
     return out
+
+def _shared_prefix(model, caches:dict, rows:Sequence[EncodedPrompt], start:int, keep:int=4)->tuple:
+    """(length, KV cache) of the prefix a batch runs once: the longest one in `caches` that every row starts with; else
+    the template before `start` (where the texts start), computed and kept (at most `keep`, the oldest goes first)."""
+    import torch
+    P = min(_common_prefix([r.ids[:r.m] for r in rows]), min(r.m for r in rows) - 1)
+    ids = tuple(rows[0].ids[:P])
+    key = max((k for k in caches if len(k) <= P and ids[:len(k)] == k), key=len, default=None)
+    if key is None:
+        key = ids[:min(P, start) if start > 0 else P]  # what comes before the texts is the same in every batch
+        if not key: return 0, None
+        while len(caches) >= keep: caches.pop(next(iter(caches)))
+        caches[key] = prefix_kv(model, prefix_ids=torch.tensor(key, dtype=torch.long))
+    return len(key), caches[key]
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #ed15cc4a
 def model_fingerprint(lm:TextLM, # a loaded adapter
@@ -237,7 +258,7 @@ class _HFBackend:
         self.lm, (self.model, self.tok), self.opts = lm, hf_parts(lm), opts
         self.enc = PromptEncoder(self.tok, task, chat=chat, context=context_length(self.model),
                                  max_text_tokens=opts.max_text_tokens)
-        self.pad = pad_token_id(self.tok)
+        self.pad, self.prefix_caches = pad_token_id(self.tok), {}  # the task's template runs once for all batches
     def describe(self): return {"backend": "hf", "method": self.opts.method, **self.enc.describe()}
     def fingerprint(self): return model_fingerprint(self.lm)
     def lengths(self, texts): return [len(e.ids) for e in self.enc.encode(texts)]
@@ -245,7 +266,7 @@ class _HFBackend:
         rows = self.enc.encode(texts)
         with getattr(self.lm, "_lock", contextlib.nullcontext()):
             lp = score_encoded(self.model, rows, pad_id=self.pad, batch_size=len(rows), method=self.opts.method,
-                               share_prefix=self.opts.share_prefix)
+                               share_prefix=self.opts.share_prefix, prefix_caches=self.prefix_caches)
         return [{"lp_pos": float(a), "lp_neg": float(b), "score": float(a - b), "truncated": r.truncated,
                  "n_text_tokens": r.n_text_tokens, "n_text_tokens_kept": r.n_text_tokens_kept, "n_prompt_tokens": len(r.ids),
                  "n_label_tokens_pos": len(r.labels[0]) - r.skip[0], "n_label_tokens_neg": len(r.labels[1]) - r.skip[1],
@@ -526,7 +547,8 @@ def score_dataset(data, # DataFrame, parquet/CSV path, or a list of texts
         fph = sha256_hex(fp)
         keys = [_row_key(fph, t) for t in texts]
         if run_obj is not None: run_obj.add_model("zero_shot", fp["model"])
-        recs, summary = _score_texts(s, texts, store, keys, opts=opts, desc=f"zero-shot {tsk.name}")
+        desc = f"zero-shot {tsk.name}" + " | chat" * bool(chat) + f" | k={len(tsk.examples)}" * bool(tsk.examples)
+        recs, summary = _score_texts(s, texts, store, keys, opts=opts, desc=desc)
         cf = _content_free(s, fph, store) if opts.contextual else None
     summary.update(executor=s.where, placement=s.why)
     copy = [label_col] * (label_col is not None) + list(id_cols) if id_cols is not None else \
