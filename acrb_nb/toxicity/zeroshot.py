@@ -184,19 +184,24 @@ def label_logprobs(model, # a transformers causal LM
     out = model(**src, attention_mask=am, past_key_values=cache, use_cache=L > 1 or P > 0, **kw)
     first = torch.log_softmax(out.logits[:, -1].float(), -1).gather(1, label_ids[:, :, 0])  # [B, K]
     total = torch.where(label_valid[:, :, 0], first, torch.zeros_like(first))
-    if L > 1:
+    need = label_valid[:, :, 1:].any(-1).reshape(B * K) if L > 1 else None  # (row, label) pairs with tokens left
+    if need is not None and bool(need.any()):
         cache = out.past_key_values
-        if cache is None or not hasattr(cache, "batch_repeat_interleave"):
+        if cache is None or not hasattr(cache, "batch_select_indices"):
             raise RuntimeError("this model returned no repeatable KV cache; use method='full'")
-        cache.batch_repeat_interleave(K)
-        lin = label_ids.reshape(B * K, L)[:, :-1]
-        am2 = torch.cat([am.repeat_interleave(K, 0), am.new_ones(B * K, L - 1)], 1)
-        lens = P + attention_mask.sum(-1)
-        kw2 = {"position_ids": lens.repeat_interleave(K)[:, None] + torch.arange(L - 1, device=dev)} if pos_ok else {}
+        # only those pairs go through the label pass ("toxic" is one token, "harmless" two: half the sequences)
+        sel = torch.arange(B * K, device=dev)[need]
+        cache.batch_select_indices(sel // K)
+        lab = label_ids.reshape(B * K, L)[sel]
+        lin, n = lab[:, :-1], len(sel)
+        am2 = torch.cat([am[sel // K], am.new_ones(n, L - 1)], 1)
+        lens = (P + attention_mask.sum(-1))[sel // K]
+        kw2 = {"position_ids": lens[:, None] + torch.arange(L - 1, device=dev)} if pos_ok else {}
         src = {"inputs_embeds": label_embeds(lin)} if inputs_embeds is not None else {"input_ids": lin}
         logits = model(**src, attention_mask=am2, past_key_values=cache, use_cache=True, **kw2).logits
-        lp = torch.log_softmax(logits.float(), -1).gather(-1, label_ids.reshape(B * K, L)[:, 1:, None]).reshape(B, K, L - 1)
-        total = total + torch.where(label_valid[:, :, 1:], lp, torch.zeros_like(lp)).sum(-1)
+        lp = torch.log_softmax(logits.float(), -1).gather(-1, lab[:, 1:, None]).squeeze(-1)
+        lp = torch.where(label_valid.reshape(B * K, L)[sel, 1:], lp, torch.zeros_like(lp)).sum(-1)
+        total = total + torch.zeros(B * K, dtype=lp.dtype, device=dev).index_put((sel,), lp).reshape(B, K)
     return total
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #a49106f9
