@@ -180,11 +180,12 @@ def compare_baselines(data, # rows to explain (a DataFrame with a text column, a
     opts = IGOptions.of(kwargs.pop("ig_options", None))
     ex = Execution.of(kwargs.pop("execution", None), progress=False)   # the progress shown is the baselines'
     # one re-scorer for all candidates: a row's random orders, full and empty prompts are scored once, not per baseline
-    margins, out = lm_margins(model, desc="baseline study: deletion and insertion"), []
+    # (made after the first candidate's IG, whose error for a model without gradients is the one callers expect)
+    margins, out = None, []
     with Progress(len(baselines), "baseline study", unit="baselines") as pr:
         for b in baselines:
             igr = explain_rows(data, model, rows=rows, ig_options=opts.replace(baseline=b), seed=seed, execution=ex, **kwargs)
-            ig = igr.rows
+            ig, margins = igr.rows, margins or lm_margins(model, desc="baseline study: deletion and insertion")
             cur = deletion_curve(ig, model, fractions=fractions, n_random=n_random, seed=seed, modes=("deletion", "insertion"),
                                  n_boot=n_boot, margins=margins)
             gap = (ig["score"] - ig["f_baseline"]).abs()

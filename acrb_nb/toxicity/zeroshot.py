@@ -219,26 +219,25 @@ def score_encoded(model, # a transformers causal LM
     dev = next(model.parameters()).device
     out = np.full((len(rows), len(rows[0].labels) if rows else 2), np.nan)
     share, caches = share_prefix and method == "cache", {} if prefix_caches is None else prefix_caches
-    start = min((r.text_span[0] for r in rows), default=0)  # where the first text starts: the template is before it
     with torch.inference_mode():
         for bi in batches_by_length([r.m for r in rows], batch_size, max_batch_tokens):
             b = [rows[i] for i in bi]
-            P, cache = _shared_prefix(model, caches, b, start) if share else (0, None)
+            P, cache = _shared_prefix(model, caches, b) if share else (0, None)
             t = collate(b, pad_id, dev, share_prefix=share, max_prefix=P)
             out[bi] = label_logprobs(model, t["attention_mask"], t["label_ids"], t["label_valid"], input_ids=t["input_ids"],
                                      prefix_cache=cache, method=method).cpu().numpy()
     return out
 
-def _shared_prefix(model, caches:dict, rows:Sequence[EncodedPrompt], start:int, keep:int=4)->tuple:
-    """(length, KV cache) of the prefix a batch runs once: the longest one in `caches` that every row starts with; else
-    the template before `start` (where the texts start), computed and kept (at most `keep`, the oldest goes first)."""
+def _shared_prefix(model, caches:dict, rows:Sequence[EncodedPrompt], keep:int=4)->tuple:
+    """(length, KV cache) of the prefix a batch runs once: what its rows share before their texts start (the template,
+    the same in every batch), from `caches` or computed and kept there (at most `keep`, the oldest goes first). The
+    length depends on the batch alone, so a batch gives the same scores whichever batches ran before it (Ray = local)."""
     import torch
     P = min(_common_prefix([r.ids[:r.m] for r in rows]), min(r.m for r in rows) - 1)
-    ids = tuple(rows[0].ids[:P])
-    key = max((k for k in caches if len(k) <= P and ids[:len(k)] == k), key=len, default=None)
-    if key is None:
-        key = ids[:min(P, start) if start > 0 else P]  # what comes before the texts is the same in every batch
-        if not key: return 0, None
+    s = min(r.text_span[0] for r in rows)
+    key = tuple(rows[0].ids[:min(P, s) if s > 0 else P])
+    if not key: return 0, None
+    if key not in caches:
         while len(caches) >= keep: caches.pop(next(iter(caches)))
         caches[key] = prefix_kv(model, prefix_ids=torch.tensor(key, dtype=torch.long))
     return len(key), caches[key]
