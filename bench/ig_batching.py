@@ -16,7 +16,7 @@ Prints progress, a table, the peak resident memory, and ends with:
                      f(x) and f(baseline) evaluated independently (the relative tolerance the report uses: 0.05)
   peak_rss_gb      = this process's peak resident memory (model, both methods, the --check-steps run)  target < 4
 
-Usage: python bench/ig_batching.py [--rows 6] [--steps 16] [--baseline mean] [--budget 1.5e9] [--check-steps 64]
+Usage: python bench/ig_batching.py [--rows 6] [--steps 16] [--baseline mean] [--budget 1.2e9] [--check-steps 64]
                           [--model smollm2-135m|tiny-gpt2]
 """
 import argparse, os, time
@@ -37,7 +37,7 @@ def main(argv=None):
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--chat", choices=["auto", "yes", "no"], default="auto")
     ap.add_argument("--baseline", default="filler", help="IG baseline (explain_rows' default: filler)")
-    ap.add_argument("--budget", type=float, default=1.5e9, help="bytes of activations per pass (explain_rows' default)")
+    ap.add_argument("--budget", type=float, default=1.2e9, help="bytes of activations per pass (explain_rows' default)")
     ap.add_argument("--check-steps", type=int, default=64, help="one more row at this many steps, chunked, for the peak memory")
     a = ap.parse_args(argv)
     t_start = time.perf_counter()

@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['as_generator', 'check_columns', 'numeric_outcome', 'key_codes', 'simulate_clustered_binary', 'BootResult',
-           'check_boot_args', 'cluster_index', 'sum_by', 'safe_ratio', 'boot_additive', 'bootstrap', 'shuffle_within',
-           'perm_pvalue', 'permutation_test']
+           'check_boot_args', 'cluster_index', 'sum_by', 'safe_ratio', 'boot_additive', 'boot_counts', 'bootstrap',
+           'shuffle_within', 'perm_pvalue', 'permutation_test']
 
 # %% ../../nbs/04a_stats.resample.ipynb #97cc6fc7
 import itertools, math, warnings
@@ -219,6 +219,29 @@ def boot_additive(T:np.ndarray, # C × m cluster totals
     boot = np.concatenate([np.asarray(f(W @ T)) for W in _boot_weights(sc, n_boot, rng)])
     jack = np.asarray(f(tot - T)) if method == "bca" else None
     return _result(est, boot, jack, alpha, method, len(sc))
+
+def boot_counts(f, # counts W (b × C) of how often each cluster is drawn → (b,) or (b, k) statistic
+                sc:np.ndarray, # stratum code of each cluster
+                n_boot:int, # number of resamples
+                alpha:float, # 1 - confidence level
+                method:str, # "percentile" or "bca"
+                rng:np.random.Generator, # random stream
+                max_cells:int=2_000_000, # cells of W per call of `f` (memory bound)
+               )->"BootResult":
+    """Bootstrap a statistic that is a function of the draw counts (all ones: the estimate; a zero: a jackknife
+    value), for statistics that vectorise over resamples but are not additive (an AUC of weighted pairs)."""
+    C = len(sc)
+    est = np.asarray(f(np.ones((1, C))))[0]
+    boot = np.concatenate([np.asarray(f(W)) for W in _boot_weights(sc, n_boot, rng, max_cells)])
+    jack = None
+    if method == "bca":
+        step, parts = max(1, max_cells // max(C, 1)), []
+        for s in range(0, C, step):
+            W = np.ones((min(step, C - s), C))
+            W[np.arange(len(W)), s + np.arange(len(W))] = 0
+            parts.append(np.asarray(f(W)))
+        jack = np.concatenate(parts)
+    return _result(est, boot, jack, alpha, method, C)
 
 # %% ../../nbs/04a_stats.resample.ipynb #4e96819e
 def bootstrap(df:pd.DataFrame, # long-format data

@@ -11,13 +11,14 @@ import pandas as pd
 from ..core import rng as _rng
 from ..runner import StageResult
 from ..stats import bootstrap
+from ..stats.resample import cluster_index, boot_counts, as_generator
 from fastcore.meta import delegates
 from .prompts import ZeroShotTask, get_task
 from .zeroshot import score_dataset
 
 # %% auto #0
-__all__ = ['YES_NO', 'TOXIC_SAFE', 'calibration_split', 'auc_interval', 'choose_threshold', 'calibration_report', 'plot_scores',
-           'Framing', 'framing_grid', 'pick_examples', 'with_examples', 'select_framing']
+__all__ = ['YES_NO', 'TOXIC_SAFE', 'calibration_split', 'auc_interval', 'weighted_auc', 'choose_threshold', 'calibration_report',
+           'plot_scores', 'Framing', 'framing_grid', 'pick_examples', 'with_examples', 'select_framing']
 
 # %% ../../nbs/21b_toxicity.calibration.ipynb #9c71f9ad
 def calibration_split(labels, # gold labels (0/1), one per row
@@ -44,8 +45,26 @@ def auc_interval(y, # gold labels (0/1)
     from sklearn.metrics import roc_auc_score
     d = pd.DataFrame({"y": np.asarray(y).astype(int), "s": np.asarray(score, float)}).dropna()
     if d.y.nunique() < 2: return {"auc": np.nan, "lo": np.nan, "hi": np.nan, "n": len(d)}
-    b = bootstrap(d, lambda x: roc_auc_score(x.y, x.s), strata="y", n_boot=n_boot, alpha=alpha, method="percentile", seed=seed)
+    sc = cluster_index(d, None, "y", "auc_interval")[2]
+    b = boot_counts(weighted_auc(d.y.to_numpy(), d.s.to_numpy()), sc, n_boot, alpha, "percentile", as_generator(seed))
     return {"auc": float(roc_auc_score(d.y, d.s)), "lo": float(b.lo), "hi": float(b.hi), "n": len(d)}
+
+def weighted_auc(y, # gold labels (0/1), one per row
+                 score, # scores (higher = more likely positive)
+                ):
+    "A function of row counts W (b × n) giving each row of W's AUC: Σ w_i w_j [s_i > s_j] (ties ½) over pos i, neg j / (Σw_i Σw_j)."
+    y, s = np.asarray(y).astype(int), np.asarray(score, float)
+    o = np.argsort(s, kind="stable")
+    so, pos = s[o], y[o] == 1
+    starts = np.flatnonzero(np.r_[True, so[1:] > so[:-1]])   # groups of equal scores
+    grp = np.cumsum(np.r_[True, so[1:] > so[:-1]]) - 1
+    def auc(W):
+        W = np.asarray(W, float)[:, o]
+        neg = np.add.reduceat(np.where(pos, 0.0, W), starts, axis=1)    # negatives' weight per group of equal scores
+        below = np.cumsum(neg, axis=1) - neg                              # negatives scored lower
+        won = ((below + 0.5 * neg)[:, grp] * np.where(pos, W, 0.0)).sum(1)
+        return won / (W[:, pos].sum(1) * W[:, ~pos].sum(1))
+    return auc
 
 # %% ../../nbs/21b_toxicity.calibration.ipynb #4b8985e8
 def _rows(x)->pd.DataFrame: return x.rows if isinstance(x, StageResult) else x
@@ -169,10 +188,10 @@ class Framing:
     def to_dict(self)->dict: return {"task": self.task.to_dict(), "chat": self.chat, "k": self.k}
 
 def framing_grid(tasks:Sequence=("toxicity", YES_NO, TOXIC_SAFE), # task names or ZeroShotTasks (instruction + label words)
-                 chats:Sequence=(True, False), # chat template on / off
+                 chats:Sequence=(None,), # chat template: None (the model's own format), True, False
                  ks:Sequence[int]=(0, 4), # in-context examples
                 )->list:
-    "Every combination of the options, the seed's framing (toxicity, chat, k = 0) first."
+    "Every combination of the options, the seed's framing (toxicity, the model's format, k = 0) first."
     return [Framing(get_task(t), c, int(k)) for t in tasks for c in chats for k in ks]
 
 def pick_examples(data:pd.DataFrame, # the calibration rows

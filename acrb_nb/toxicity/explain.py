@@ -126,7 +126,7 @@ def _input_grads_only(model):
 def ig_chunk(model, # a transformers causal LM
              n_tokens:int, # positions that go through the model at every step (the text and what follows it)
              n_context:int, # positions attended to (the whole prompt)
-             budget:float=1.5e9, # bytes of activations one forward + backward pass may hold
+             budget:float=1.2e9, # bytes of activations one forward + backward pass may hold
             )->int:
     "Interpolation steps per pass (`internal_batch_size`) that keep the saved activations under `budget` (an estimate, see the text)."
     c = getattr(model.config, "text_config", None) or model.config
@@ -134,7 +134,7 @@ def ig_chunk(model, # a transformers causal LM
     i = getattr(c, "intermediate_size", None) or getattr(c, "n_inner", None) or 4 * h
     # per token that goes through: activations and attention scores; per attended position: its keys and values, as
     # the shared prefix's cache copied for the step and as repeated for the attention heads (kept for the backward pass)
-    per_step = next(model.parameters()).element_size() * L * (n_tokens * (40 * h + 3 * i + 2 * a * n_context) + 4 * h * n_context)
+    per_step = next(model.parameters()).element_size() * L * (n_tokens * (8 * h + 2 * i + 2 * a * n_context) + 3 * h * n_context)
     return max(1, int(budget // per_step))
 
 def integrated_gradients(fn:LabelMargin, # the margin function of one row

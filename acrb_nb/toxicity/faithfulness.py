@@ -152,7 +152,7 @@ def plot_deletion(curve:StageResult|pd.DataFrame, # output of `deletion_curve` (
     import matplotlib.pyplot as plt
     if isinstance(curve, StageResult): curve = curve.rows
     modes = list(dict.fromkeys(curve["mode"])) if "mode" in curve else ["deletion"]
-    axs = [ax] if ax is not None else list(np.atleast_1d(plt.subplots(1, len(modes), figsize=(4.5 * len(modes), 3))[1]))
+    axs = [ax] if ax is not None else list(np.atleast_1d(plt.subplots(1, len(modes), figsize=(5 * len(modes), 3), layout="constrained")[1]))
     for a, m in zip(axs, modes):
         c = curve[curve["mode"] == m] if "mode" in curve else curve
         for name, st in (("ig", "o-"), ("random", "s--")):

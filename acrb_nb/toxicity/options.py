@@ -61,7 +61,7 @@ class IGOptions(Options):
     floor:float=1.0 # nats: below this gap the tolerance is rel_tol * floor
     tol:float|None=None # an absolute tolerance instead of the relative one (nats)
     internal_batch_size:int|None=None # steps per forward pass (None: as many as `memory_budget` allows, see `ig_chunk`)
-    memory_budget:float=1.5e9 # bytes of activations one forward + backward pass may hold
+    memory_budget:float=1.2e9 # bytes of activations one forward + backward pass may hold
     method:str="cache" # how the margin is computed (see `label_logprobs`)
 
     def __post_init__(self):
