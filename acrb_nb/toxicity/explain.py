@@ -14,7 +14,7 @@ from ..core import item_key, rng as _rng, seed_int, sha256_hex
 from ..runner import StageResult, store_for
 from ..adapters.text import context_length
 from .prompts import EncodedPrompt, PromptEncoder, get_task
-from .zeroshot import (model_ref, resolve_model, label_logprobs, prefix_kv, score_encoded, model_fingerprint,
+from .zeroshot import (model_ref, resolve_model, label_logprobs, prefix_kv, keep_cached, score_encoded, model_fingerprint,
                                        hf_parts, pad_token_id, read_rows)
 from .options import IGOptions, BASELINES
 from ..execution import Execution, ModelSession
@@ -99,12 +99,7 @@ class LabelMargin:
         pe = pe.detach()
         if self._pre is not None and self._pre[0].shape == pe.shape and torch.equal(self._pre[0], pe): return self._pre[1]
         key = (tuple(pe.shape), hashlib.blake2b(pe.float().cpu().numpy().tobytes(), digest_size=16).digest())
-        kv = None if self._shared is None else self._shared.get(key)
-        if kv is None:
-            with torch.no_grad(): kv = prefix_kv(self.model, prefix_embeds=pe)
-            if self._shared is not None:
-                while len(self._shared) >= 4: self._shared.pop(next(iter(self._shared)))
-                self._shared[key] = kv
+        with torch.no_grad(): kv = keep_cached(self._shared, key, lambda: prefix_kv(self.model, prefix_embeds=pe))
         self._pre = (pe, kv)
         return kv
 

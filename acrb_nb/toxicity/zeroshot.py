@@ -24,8 +24,8 @@ from ..stats.resample import check_columns
 
 # %% auto #0
 __all__ = ['CONTENT_FREE', 'model_ref', 'resolve_model', 'hf_parts', 'pad_token_id', 'collate', 'batches_by_length', 'prefix_kv',
-           'label_logprobs', 'score_encoded', 'model_fingerprint', 'expand_batch_rows', 'read_rows', 'score_dataset',
-           'content_free_score', 'toxicity_label_items']
+           'label_logprobs', 'score_encoded', 'keep_cached', 'model_fingerprint', 'expand_batch_rows', 'read_rows',
+           'score_dataset', 'content_free_score', 'toxicity_label_items']
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #1849fc03
 def model_ref(model, # registry name, hub id, local folder, path to a .gguf file, TextLM adapter, or (model, tokenizer)
@@ -237,10 +237,19 @@ def _shared_prefix(model, caches:dict, rows:Sequence[EncodedPrompt], keep:int=4)
     s = min(r.text_span[0] for r in rows)
     key = tuple(rows[0].ids[:min(P, s) if s > 0 else P])
     if not key: return 0, None
+    return len(key), keep_cached(caches, key, lambda: prefix_kv(model, prefix_ids=torch.tensor(key, dtype=torch.long)), keep)
+
+def keep_cached(caches:dict|None, # key -> value, oldest first (None: nothing is kept)
+                key, # what the value is kept under
+                make:Callable, # () -> the value, called when `key` is not kept
+                keep:int=4, # at most this many values (prefix KV caches are a few MB each)
+               ):
+    "`caches[key]`, made and kept when missing (the oldest goes first once `keep` are kept)."
+    if caches is None: return make()
     if key not in caches:
         while len(caches) >= keep: caches.pop(next(iter(caches)))
-        caches[key] = prefix_kv(model, prefix_ids=torch.tensor(key, dtype=torch.long))
-    return len(key), caches[key]
+        caches[key] = make()
+    return caches[key]
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #ed15cc4a
 def model_fingerprint(lm:TextLM, # a loaded adapter
