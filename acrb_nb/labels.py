@@ -11,10 +11,11 @@ import pandas as pd
 from .core import atomic_write, canonical_json, item_key, rng, sha256_hex, utcnow
 from .store import ItemStore, Run
 from .stats.resample import check_columns
+from .labelpage import LABELS_CSV, SAMPLE_JSON, labelling_page, read_label_studio
 
 # %% auto #0
-__all__ = ['LABELS_CSV', 'SAMPLE_JSON', 'LabelSample', 'label_key', 'sample_ids', 'sample_design', 'export_for_labelling',
-           'check_labels_file', 'import_labels', 'labels_frame']
+__all__ = ['LabelSample', 'label_key', 'sample_ids', 'sample_design', 'export_for_labelling', 'check_labels_file',
+           'import_labels', 'labels_frame']
 
 # %% ../nbs/07a_labels.ipynb #4eccf0e5
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -25,7 +26,6 @@ class LabelSample:
     design: dict # strata, allocation, seed, n, population, per-stratum N / n / π
 
 # %% ../nbs/07a_labels.ipynb #6c528be9
-LABELS_CSV, SAMPLE_JSON = "labels.csv", "sample.json"
 _META_INDEX = "validation.samples"
 
 def _st(run)->ItemStore:
@@ -122,6 +122,7 @@ def export_for_labelling(sample:LabelSample, # from `sample_items`
     atomic_write(csv, pd.DataFrame(rows).to_csv(index=False, lineterminator="\n"))
     atomic_write(folder / SAMPLE_JSON, json.dumps({**design, "created_at": utcnow()}, indent=2, ensure_ascii=False))
     _register_sample(store, design)
+    labelling_page(folder)   # labels.html: label the sample in a browser (see 07b_labelpage)
     return folder
 
 # %% ../nbs/07a_labels.ipynb #6fe8c3fd
@@ -149,17 +150,24 @@ def check_labels_file(source, # the export folder, or its labels.csv
     return csv
 
 # %% ../nbs/07a_labels.ipynb #885a620a
-def import_labels(source, # the export folder, or its labels.csv (sample.json must sit beside it)
+def _labels_source(source)->tuple:
+    "(labels as text columns, sample id, what they came from): a Label Studio JSON export, or an export folder / its labels.csv."
+    src = Path(source)
+    if src.suffix.lower() == ".json" and src.is_file():
+        df, sample_id = read_label_studio(src)
+        return df, sample_id, src
+    csv = check_labels_file(source)
+    return _read_labels_csv(csv), json.loads((csv.parent / SAMPLE_JSON).read_text(encoding="utf-8"))["sample_id"], csv
+
+def import_labels(source, # the export folder, its labels.csv (sample.json must sit beside it), or a Label Studio JSON export
                   run:Run|ItemStore, # the run the sample was drawn from
                   *, overwrite:bool=False, # replace stored labels that the CSV changes
                   labeller:str|None=None, # who labelled (recorded; a `labeller` column in the CSV wins)
                  )->dict:
     "Store the CSV's filled-in labels as run items (resumable): counts of added, unchanged, overwritten and blank rows."
-    csv = check_labels_file(source)
-    meta = json.loads((csv.parent / SAMPLE_JSON).read_text(encoding="utf-8"))
+    df, sample_id, csv = _labels_source(source)
     store = _st(run)
-    design = sample_design(store, meta["sample_id"])   # the sample must have been exported from this run
-    df = _read_labels_csv(csv)
+    design = sample_design(store, sample_id)   # the sample must have been exported from this run
     df["key"] = df.key.str.strip()
     df["human_label"] = df.human_label.str.strip()
     if df.key.duplicated().any():
@@ -171,7 +179,7 @@ def import_labels(source, # the export folder, or its labels.csv (sample.json mu
                                  "key column as text)")
     info = {it["key"]: it for it in design["items"]}
     outside = [k for k in df.key if k not in info]
-    if outside: raise ValueError(f"{csv}: {len(outside)} key(s) are items of the run but not of sample {meta['sample_id']}, e.g. "
+    if outside: raise ValueError(f"{csv}: {len(outside)} key(s) are items of the run but not of sample {sample_id}, e.g. "
                                  f"{outside[:3]}; only the random sample may be labelled (other labels would bias the correction)")
     allowed = {l.lower(): l for l in design["labels"]}
     filled = df[df.human_label != ""]
@@ -194,10 +202,10 @@ def import_labels(source, # the export folder, or its labels.csv (sample.json mu
     for k, v in new.items():
         if k in old and k not in changed: continue
         store.put(label_key(k, task), {"outcome": "labelled", "kind": "human_label", "item": k, "task": task, "label": v,
-                                       "sample_id": meta["sample_id"], "stratum": info[k]["stratum"], "pi": info[k]["pi"],
+                                       "sample_id": sample_id, "stratum": info[k]["stratum"], "pi": info[k]["pi"],
                                        "labeller": who.get(k) or labeller, "notes": notes.get(k) or None, "imported_at": utcnow()})
         added += k not in old
-    return {"sample_id": meta["sample_id"], "rows": len(df), "added": added, "unchanged": len(new) - added - len(changed),
+    return {"sample_id": sample_id, "rows": len(df), "added": added, "unchanged": len(new) - added - len(changed),
             "overwritten": len(changed), "blank": int((df.human_label == "").sum()),
             "labelled": len(_stored_labels(store, list(info), task)), "sample_size": len(info)}
 

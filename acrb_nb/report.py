@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
+from unittest import mock
 
 from .params import (NO_DEFAULT, ParameterError, SecretParameterError, absolute_paths, check_inputs, check_parameters,
                          list_parameters, parse_value, template_parameters)  # what a report is given, checked first (89_params)
@@ -438,7 +439,9 @@ def render_report(template: str | Path, # report notebook, e.g. nbs/acrb.ipynb
         ipynb, html_path = Path(stage, final["ipynb"].name), Path(stage, final["html"].name)
         t0, ok, error = time.perf_counter(), True, None
         try:
-            with warnings.catch_warnings(), _ProgressFeed(Path(stage, "progress.jsonl"), on_progress):
+            # ACRB_REPORT_HTML: where the HTML will be, so the report links the run viewer relative to it (view_link)
+            with warnings.catch_warnings(), _ProgressFeed(Path(stage, "progress.jsonl"), on_progress), \
+                    mock.patch.dict(os.environ, {"ACRB_REPORT_HTML": str(final["html"].resolve())}):
                 warnings.simplefilter("ignore")
                 pm.execute_notebook(str(template), str(ipynb), parameters=dict(params), cwd=str(cwd or Path.cwd()),
                                     kernel_name=kernel_name, execution_timeout=timeout, progress_bar=False, log_output=False,

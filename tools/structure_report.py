@@ -16,9 +16,9 @@ LAYERS = [
     ("core", ["core"]),
     ("infrastructure", ["store", "runner", "stats", "data", "testing"]),
     ("adapters", ["adapters"]),
-    ("execution", ["ray_exec", "execution", "validation", "labels", "planning"]),
+    ("execution", ["ray_exec", "execution", "validation", "labelpage", "labels", "planning"]),
     ("studies", ["acrb", "toxicity", "fairness", "iat"]),
-    ("reports", ["report", "smoke", "params"]),
+    ("reports", ["report", "smoke", "params", "view"]),
 ]
 STUDIES = {"acrb", "toxicity", "fairness", "iat"}
 MAX_LINE = 140
