@@ -289,14 +289,15 @@ def write_view(run_dir, # a run folder
 
 # %% ../nbs/93_view.ipynb #03b3b21d
 def view_link(page, # the page `write_view` wrote
+              what:str="prompts, images, outcomes, raw reasons, verdicts, human labels", # what an item shows
              )->str:
     "HTML linking a report to a run's viewer page, relative to the report's HTML (`ACRB_REPORT_HTML`) or the current folder."
     page, here = Path(page).resolve(), Path.cwd().resolve()
     base = Path(os.environ["ACRB_REPORT_HTML"]).resolve().parent if os.environ.get("ACRB_REPORT_HTML") else here
     try: href, shown = Path(os.path.relpath(page, base)).as_posix(), Path(os.path.relpath(page, here)).as_posix()
     except ValueError: href = shown = page.name   # another drive (Windows)
-    return (f"<p><b>Every item of this run</b> — prompts, images, outcomes, raw reasons, verdicts, human labels, with filters "
-            f"and search: <a href='{html.escape(href)}'>{html.escape(shown)}</a> (one page that opens from disk; "
+    return (f"<p><b>Every item of this run</b> — {html.escape(what)}, with filters and search: "
+            f"<a href='{html.escape(href)}'>{html.escape(shown)}</a> (one page that opens from disk; "
             f"<code>acrb-view &lt;run folder&gt;</code> writes it again).</p>")
 
 # %% ../nbs/93_view.ipynb #f8e50b67
