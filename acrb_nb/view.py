@@ -27,6 +27,7 @@ class ViewData:
     items: pd.DataFrame # key, text, [answer], reason, verdict, prob, human, images ({path, caption, redacted}), extra, facets
     facets: tuple # (column, label) pairs the page filters on
     notes: tuple = () # what the reader should know (an unfinished run, a missing source photo, ...)
+    verdict_label: tuple = ("judge", "p") # how a card names the verdict and its probability
 
 def _read_spec(run_dir:Path)->dict:
     if not (run_dir / "spec.json").exists():
@@ -161,7 +162,7 @@ def iat_items(run_dir:Path, # an IAT run folder
                                 for i, p in enumerate(paths)],
                      "extra": {k: _clean(t.get(k)) for k in _IAT_EXTRA if t.get(k) is not None}})
     notes = (f"{missing} profile image(s) were not found by path or SHA-256.",) if missing else ()
-    return ViewData("iat", run_dir, spec, pd.DataFrame(rows), IAT_FACETS, notes)
+    return ViewData("iat", run_dir, spec, pd.DataFrame(rows), IAT_FACETS, notes, ("chose", "confidence"))
 
 # %% ../nbs/93_view.ipynb #bcbd52b4
 TOXICITY_FACETS = (("gold", "gold label"), ("verdict", "prediction"), ("outcome", "outcome"), ("identities", "identity"),
@@ -200,7 +201,7 @@ def toxicity_items(run_dir:Path, # a toxicity run folder
                      "prob": r.get("prob"), "human": human.get(r["key"]), "text": texts.get(r["idx"]), "reason": None, "images": [],
                      "extra": {k: r.get(k) for k in ("idx", "score", "score_cc", "lp_pos", "lp_neg", "truncated", pred)
                                if r.get(k) is not None}})
-    return ViewData("toxicity", run_dir, spec, pd.DataFrame(rows), TOXICITY_FACETS, notes)
+    return ViewData("toxicity", run_dir, spec, pd.DataFrame(rows), TOXICITY_FACETS, notes, ("model", f"P({task.positive})"))
 
 # %% ../nbs/93_view.ipynb #5ae8352c
 LOADERS = {"acrb": acrb_items, "iat": iat_items, "toxicity": toxicity_items}
@@ -268,7 +269,8 @@ def view_html(v:ViewData, # from `load_view`
     header += "".join(f"<p class='meta note'>{html.escape(n)}</p>" for n in v.notes)
     body = ("<div id='controls'><label>search <input id='q' type='search' size='24' placeholder='prompt, reason, key…'>"
             "</label><span id='count'></span></div><div id='items'></div>")
-    data = {"kind": v.kind, "facets": [{"field": c, "label": l} for c, l in v.facets], "items": items, "images": urls, "size": size}
+    data = {"kind": v.kind, "facets": [{"field": c, "label": l} for c, l in v.facets], "items": items, "images": urls, "size": size,
+            "verdict_label": list(v.verdict_label)}
     return html_page(title, header, body, data, "view.js")
 
 def write_view(run_dir, # a run folder

@@ -3,6 +3,7 @@
 "use strict";
 const D = JSON.parse(document.getElementById("acrb-data").textContent);
 const NONE = "(none)";
+const PLAIN = new Set(["attribute_id", "domain", "final_outcome", "pair_id", "condition", "outcome"]);
 const esc = s => String(s).replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;"}[c]));
 const vals = (it, f) => { const v = it[f]; return Array.isArray(v) ? (v.length ? v.map(String) : [NONE]) : [v == null || v === "" ? NONE : String(v)]; };
 const state = {q: "", sel: {}};
@@ -11,11 +12,13 @@ const cards = [];
 function card(it) {
   const imgs = (it.images || []).map(im => `<figure><img src="${D.images[im.sha] || ""}" style="width:${D.size}px;height:${D.size}px;
     object-fit:contain" alt="${esc(im.caption)}">${esc(im.caption)}${im.redacted ? `<div class="redacted">blurred: ${esc(im.redacted)}</div>` : ""}</figure>`);
-  // the first three facets (attribute, domain / condition / gold label, outcome) as plain tags; the rest named
-  const tags = D.facets.map((f, i) => vals(it, f.field).filter(v => v !== NONE).map(v => `<span class="${
+  // attribute, domain, condition and outcome as plain tags; verdicts, labels and identities named ("gold label: toxic")
+  const tags = D.facets.map(f => vals(it, f.field).filter(v => v !== NONE).map(v => `<span class="${
     f.field === "outcome" || f.field === "final_outcome" ? "out-" + esc(v) : ""}" title="${esc(f.label)}">${
-    i < 3 ? "" : esc(f.label) + ": "}${esc(v)}</span>`).join("")).join("");
-  const judge = it.verdict == null ? "" : `<div>judge: <b>${esc(it.verdict)}</b>${it.prob == null ? "" : ` (p ${(+it.prob).toFixed(2)})`}</div>`;
+    PLAIN.has(f.field) ? "" : esc(f.label) + ": "}${esc(v)}</span>`).join("")).join("");
+  const [who, p] = D.verdict_label || ["judge", "p"];
+  const judge = it.verdict == null ? "" : `<div>${esc(who)}: <b>${esc(it.verdict)}</b>${
+    it.prob == null ? "" : ` (${esc(p)} ${(+it.prob).toFixed(2)})`}</div>`;
   return `<div class="card" data-key="${esc(it.key)}">${imgs.length ? `<div class="imgs">${imgs.join("")}</div>` : ""}
     <div class="tags">${tags}</div><div class="text">${esc(it.text || "")}</div>
     ${it.answer ? `<div class="answer">answer: ${esc(it.answer)}</div>` : ""}
