@@ -4,7 +4,7 @@
 
 # %% ../nbs/93_view.ipynb #42fe98f4
 from __future__ import annotations
-import argparse, base64, dataclasses, html, io, json, math, os, sys
+import argparse, base64, dataclasses, functools, html, io, json, math, os, sys
 from pathlib import Path
 import pandas as pd
 from .core import atomic_write, file_sha256, redact, utcnow
@@ -79,8 +79,13 @@ def _source_file(spec:dict, run_dir:Path, source_id, sha)->Path|None:
     roots += [run_dir / roots[0]] if not roots[0].is_absolute() else []
     for r in [*roots, Path(DEFAULT_SOURCES)]:
         f = r / source_id
-        if f.is_file() and (not sha or file_sha256(f) == sha): return f
+        if f.is_file() and (not sha or _sha_of(str(f.resolve()), f.stat().st_mtime_ns) == sha): return f
     return None
+
+@functools.lru_cache(maxsize=4096)
+def _sha_of(path:str, mtime_ns:int)->str:
+    "SHA-256 of a file, hashed once per version (an I2I run's photos are shared by many items)."
+    return file_sha256(path)
 
 def _judge_prob(r:dict):
     probs, v = r.get("judge_probs"), r.get("judge_cue")
