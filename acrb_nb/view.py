@@ -220,7 +220,9 @@ def load_view(run_dir, # a run folder (holds spec.json)
     study = spec.get("study")
     if study not in LOADERS: raise ValueError(f"{run_dir} is a {study!r} run; acrb-view shows {sorted(LOADERS)} runs")
     store = ItemStore(run_dir / "items.sqlite") if (run_dir / "items.sqlite").exists() else None
-    return LOADERS[study](run_dir, spec, store, policy)
+    try: return LOADERS[study](run_dir, spec, store, policy)   # the loaders read everything they need now
+    finally:
+        if store is not None: store.close()
 
 def thumb_url(path, # image file (None or missing: a grey tile)
               size:int=128, # longest side in pixels (never enlarged)
@@ -246,7 +248,7 @@ def _embed(items:pd.DataFrame, size:int, radius:float)->tuple:
             if ident not in ids:
                 ids[ident] = f"i{len(ids)}"
                 urls[ids[ident]] = thumb_url(im["path"], size, radius if im["redacted"] else None)
-            row.append({"sha": ids[ident], "caption": im["caption"], "redacted": im["redacted"]})
+            row.append({"id": ids[ident], "caption": im["caption"], "redacted": im["redacted"]})
         out.append(row)
     return out, urls
 

@@ -10,7 +10,7 @@ const state = {q: "", sel: {}};
 const cards = [];
 
 function card(it) {
-  const imgs = (it.images || []).map(im => `<figure><img src="${D.images[im.sha] || ""}" style="width:${D.size}px;height:${D.size}px;
+  const imgs = (it.images || []).map(im => `<figure><img src="${D.images[im.id] || ""}" style="width:${D.size}px;height:${D.size}px;
     object-fit:contain" alt="${esc(im.caption)}">${esc(im.caption)}${im.redacted ? `<div class="redacted">blurred: ${esc(im.redacted)}</div>` : ""}</figure>`);
   // attribute, domain, condition and outcome as plain tags; verdicts, labels and identities named ("gold label: toxic")
   const tags = D.facets.map(f => vals(it, f.field).filter(v => v !== NONE).map(v => `<span class="${
