@@ -138,8 +138,10 @@ class PlantedACRB:
                  size:int, # image side in pixels
                  sha:str, # SHA-256 of the config's content
                  source:str, # where it was read from
+                 item_correlation:float=1.0, # weight ρ of the item's own draw (1: draws depend on the item alone)
                 ):
         self.name, self.size, self.sha256, self.source = name, size, sha, source
+        self.item_correlation = float(item_correlation)
         self.attributes = MappingProxyType(dict(attributes))  # id -> PlantedAttribute, "neutral" first
         self.domains = MappingProxyType(dict(domains))  # id -> PlantedDomain
         self.blank_kinds = MappingProxyType(dict(blank_kinds))
@@ -239,7 +241,7 @@ def expected_rates(self:PlantedACRB, domain:str|None=None, # domain id or alias;
 def _acrb_base(raw:Mapping, where:str)->dict:
     "Check the top-level keys and version of a planted ACRB config; its default rates."
     _check_keys(raw, {"version", "name", "description", "defaults", "neutral", "attributes", "domains", "blank_kinds",
-                      "image", "judge_error"}, where)
+                      "image", "judge_error", "item_correlation"}, where)
     if raw.get("version", 1) != 1: raise SimConfigError(f"{where}: version {raw.get('version')!r} is not supported (expected 1)")
     defaults = dict(raw.get("defaults") or {})
     _check_keys(defaults, _P_FIELDS, f"{where}: defaults")
@@ -356,7 +358,8 @@ def _build_acrb(src)->PlantedACRB:
     img = raw.get("image") or {}
     _check_keys(img, {"size"}, f"{where}: image")
     size = int(check_number(img.get("size", 64), f"{where}: image.size", 32, 1024, "an image side in pixels"))
-    cfg = PlantedACRB(str(raw.get("name") or Path(where).stem), attrs, domains, bk, size, sha256_hex(raw), where)
+    rho = check_number(raw.get("item_correlation", 1.0), f"{where}: item_correlation", 0, 1, "a correlation in [0, 1]")
+    cfg = PlantedACRB(str(raw.get("name") or Path(where).stem), attrs, domains, bk, size, sha256_hex(raw), where, rho)
     for aid in cfg.attributes:  # every attribute x domain must stay a probability distribution
         for d in (None, *cfg.domains):
             r = cfg.rates(aid, d)

@@ -8,6 +8,7 @@ import json, math, os, re, struct, zlib
 from typing import Mapping, Sequence
 import numpy as np
 from fastcore.basics import patch
+from scipy import special
 from ..core import canonical_json, sha256_hex, rng
 from .planted import (BLANK_KINDS, PlantedACRB, load_planted_acrb, load_planted_iat, check_number,
                                       phrases_regex, sim_data_path)
@@ -158,6 +159,17 @@ def _render_profile(size:int, g:np.random.Generator, attrs:Mapping)->"PIL.Image.
     return encode_payload(img, {"v": 1, "k": "profile", "p": {str(k): str(v) for k, v in attrs.items()}})
 
 # %% ../../nbs/05e_adapters.sim.ipynb #48c42d69
+def _draws(cfg:PlantedACRB, seed:int, what:str, key:str)->np.ndarray:
+    """Four uniforms deciding one request. They depend on the item alone (`item_correlation: 1`, the default): two
+    configs then share every draw. Below 1, each is mixed with the config's own draw through a Gaussian copula,
+    Φ(ρ·Φ⁻¹(u_item) + √(1−ρ²)·Φ⁻¹(u_own)): still uniform (every planted rate holds); two configs' latent draws then correlate ρ·ρ′."""
+    u = rng(seed, "sim", what, key).random(4)
+    rho = cfg.item_correlation
+    if rho >= 1: return u
+    own = rng(seed, "sim", what, key, cfg.sha256).random(4)
+    z = lambda x: special.ndtri(np.clip(x, 1e-16, 1 - 1e-16))
+    return special.ndtr(rho * z(u) + np.sqrt(1 - rho * rho) * z(own))
+
 def _plant(cfg:PlantedACRB, what:str, key:str, seed:int, text:str, attribute, domain)->dict:
     "Decide one request: attribute, domain, event, blank kind, cue state and drawn marker."
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
@@ -167,7 +179,7 @@ def _plant(cfg:PlantedACRB, what:str, key:str, seed:int, text:str, attribute, do
     dom = cfg.domain(domain) if domain is not None else cfg.detect_domain(text)
     src = "keyword" if domain is not None else ("trigger" if dom else None)
     r = cfg.rates(attr, dom)
-    u = rng(seed, "sim", what, key).random(4)
+    u = _draws(cfg, seed, what, key)
     c1 = r["p_refuse_policy"]
     c2 = c1 + r["p_refuse_filter"]
     c3 = c2 + r["p_blank"]
