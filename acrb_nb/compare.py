@@ -16,7 +16,8 @@ from .stats.tests import adjust_pvalues, mcnemar_test, paired_effects
 
 # %% auto #0
 __all__ = ['OUTCOMES', 'CompareRun', 'run_of_report', 'load_runs', 'acrb_frame', 'shared_items', 'compare_rates',
-           'difference_verdict', 'delta_difference', 'AcrbComparison', 'compare_acrb']
+           'difference_verdict', 'delta_difference', 'AcrbComparison', 'compare_acrb', 'delong_test', 'toxicity_frame',
+           'compare_toxicity', 'rates_plot']
 
 # %% ../nbs/94_compare.ipynb #d52afa14
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +157,8 @@ def compare_rates(frames:Mapping[str, pd.DataFrame], # model -> items (`shared_i
                          "rate_b": y.mean() if len(y) else np.nan, "diff": eff["rd"], "lo": eff["rd_lo"], "hi": eff["rd_hi"],
                          "a_only": n10, "b_only": n01, **{k: v for k, v in mcnemar_test(n10, n01).items() if k != "statistic"}})
     out = pd.DataFrame(rows)
-    out["p_adj"], _ = adjust_pvalues(out.p.where(out.n_pairs > 0), correction, alpha)
+    out = out[out.n_pairs > 0].reset_index(drop=True)   # a cell no pair reaches (erasure of neutral prompts) is no comparison
+    out["p_adj"], _ = adjust_pvalues(out.p, correction, alpha)
     out["verdict"] = [difference_verdict(p, alpha) for p in out.p_adj]
     return out.assign(outcome=outcome)
 
@@ -260,7 +262,7 @@ def compare_acrb(runs:Sequence, # `CompareRun`s, or run folders / report names f
     R, D = pd.concat(R, ignore_index=True), pd.concat(D, ignore_index=True) if D else pd.DataFrame()
     cells, dd = pd.concat(cells, ignore_index=True), pd.concat(dd, ignore_index=True)
     # one family: every test the comparison makes (all outcomes, values, dimensions and pairs)
-    adj, _ = adjust_pvalues(np.r_[cells.p.where(cells.n_pairs > 0).to_numpy(float), dd.p.to_numpy(float)], correction, alpha)
+    adj, _ = adjust_pvalues(np.r_[cells.p.to_numpy(float), dd.p.to_numpy(float)], correction, alpha)
     cells["p_adj"], dd["p_adj"] = adj[:len(cells)], adj[len(cells):]
     for t in (cells, dd): t["verdict"] = [difference_verdict(p, alpha) for p in t.p_adj]
     return AcrbComparison(runs, items, R, D, cells, dd, _acrb_headline(R, D, items))
@@ -282,3 +284,106 @@ def _acrb_headline(R:pd.DataFrame, D:pd.DataFrame, items:pd.DataFrame)->pd.DataF
         row["items"], row["failed"] = int(items.set_index("model").loc[m, "shared"]), int(items.set_index("model").loc[m, "failed"])
         rows.append(row)
     return pd.DataFrame(rows)
+
+# %% ../nbs/94_compare.ipynb #e0d67298
+def _placements(y:np.ndarray, s:np.ndarray)->tuple:
+    "AUC per scorer (rows of `s`), and each positive's and negative's placement (Sun & Xu's midrank algorithm)."
+    pos, neg = s[:, y == 1], s[:, y == 0]
+    m, n = pos.shape[1], neg.shape[1]
+    tz = sps.rankdata(np.hstack([pos, neg]), axis=1)
+    tx, ty = sps.rankdata(pos, axis=1), sps.rankdata(neg, axis=1)
+    auc = (tz[:, :m].sum(1) - m * (m + 1) / 2) / (m * n)
+    return auc, (tz[:, :m] - tx) / n, 1.0 - (tz[:, m:] - ty) / m
+
+def delong_test(y, # 0/1 labels of the shared rows
+                score_a, # model A's scores (higher = more positive)
+                score_b, # model B's scores on the same rows
+                alpha:float=0.05, # 1 - confidence level of the intervals
+               )->dict:
+    "AUC of both scorers with DeLong intervals, their difference, its SE and interval, z and the two-sided p."
+    y = np.asarray(y).astype(int).reshape(-1)
+    s = np.vstack([np.asarray(score_a, float), np.asarray(score_b, float)])
+    if s.shape[1] != len(y): raise ValueError(f"delong_test: {len(y)} labels but {s.shape[1]} scores; pass the same rows")
+    if np.isnan(s).any(): raise ValueError("delong_test: a score is NaN; drop the rows a model did not score first")
+    m, n = int((y == 1).sum()), int((y == 0).sum())
+    if m < 2 or n < 2: raise ValueError(f"delong_test needs ≥ 2 rows of each class, got {m} positive and {n} negative")
+    auc, v10, v01 = _placements(y, s)
+    S = np.cov(v10) / m + np.cov(v01) / n
+    diff, var = auc[0] - auc[1], S[0, 0] + S[1, 1] - 2 * S[0, 1]
+    z_crit = special.ndtri(1 - alpha / 2)
+    se = float(np.sqrt(max(var, 0.0)))
+    z = diff / se if se > 0 else (0.0 if diff == 0 else np.inf * np.sign(diff))
+    ci = lambda a, v: (float(max(0.0, a - z_crit * np.sqrt(v))), float(min(1.0, a + z_crit * np.sqrt(v))))
+    return {"n_pos": m, "n_neg": n, "auc_a": float(auc[0]), "auc_b": float(auc[1]),
+            "auc_a_lo": ci(auc[0], S[0, 0])[0], "auc_a_hi": ci(auc[0], S[0, 0])[1],
+            "auc_b_lo": ci(auc[1], S[1, 1])[0], "auc_b_hi": ci(auc[1], S[1, 1])[1],
+            "diff": float(diff), "se": se, "lo": float(diff - z_crit * se), "hi": float(diff + z_crit * se),
+            "z": float(z), "p": float(2 * special.ndtr(-abs(z))) if np.isfinite(z) else 0.0, "corr": float(S[0, 1] / np.sqrt(S[0, 0] * S[1, 1]))
+            if S[0, 0] > 0 and S[1, 1] > 0 else np.nan}
+
+# %% ../nbs/94_compare.ipynb #23021edd
+def toxicity_frame(run:CompareRun)->pd.DataFrame:
+    "The scored rows of a toxicity run: idx, label, score, pred and identity columns."
+    p = run.dir / "zs_preds.parquet"
+    if not p.is_file(): raise FileNotFoundError(f"{run.dir} has no zs_preds.parquet: run {run.name} has not finished scoring")
+    d = pd.read_parquet(p)
+    if "label" not in d or "score" not in d:
+        raise ValueError(f"{p} has no label/score columns: compare toxicity runs scored with gold labels (label_col)")
+    return d
+
+def compare_toxicity(frames:Mapping|Sequence, # model -> scored rows (`score_dataset(...).rows`), or `CompareRun`s / run folders
+                     alpha:float=0.05, # family-wise level
+                     correction:str="holm", # over the pairs
+                     groups:Sequence[str]=(), # identity columns (0/1) whose positive rate per model is shown
+                    )->tuple:
+    "(AUC per model with DeLong intervals, DeLong's test per pair with adjusted p, per-group positive rates) on the shared rows."
+    if not isinstance(frames, Mapping):
+        runs = list(frames) if all(isinstance(r, CompareRun) for r in frames) else load_runs(frames)
+        frames = {r.name: toxicity_frame(r) for r in runs}
+    keyed = {m: f.dropna(subset=["score"]).drop_duplicates("idx").set_index("idx") for m, f in frames.items()}
+    shared = sorted(set.intersection(*(set(f.index) for f in keyed.values())))
+    first = next(iter(keyed.values()))
+    shared = [i for i in shared if all(f.at[i, "label"] == first.at[i, "label"] for f in keyed.values())]
+    if not shared: raise ValueError("the runs share no scored row with the same label: score the same dataset rows")
+    y = first.loc[shared, "label"].astype(int).to_numpy()
+    rows = []
+    for a, b in _pairs(list(keyed)):
+        rows.append({"model_a": a, "model_b": b, "n_rows": len(shared),
+                     **delong_test(y, keyed[a].loc[shared, "score"], keyed[b].loc[shared, "score"], alpha)})
+    pairs = pd.DataFrame(rows)
+    pairs["p_adj"], _ = adjust_pvalues(pairs.p, correction, alpha)
+    pairs["verdict"] = [difference_verdict(p, alpha) for p in pairs.p_adj]
+    per = pd.concat([pairs[["model_a", "auc_a", "auc_a_lo", "auc_a_hi"]].set_axis(["model", "auc", "lo", "hi"], axis=1),
+                     pairs[["model_b", "auc_b", "auc_b_lo", "auc_b_hi"]].set_axis(["model", "auc", "lo", "hi"], axis=1)]
+                    ).drop_duplicates("model").reset_index(drop=True).assign(n_rows=len(shared))
+    g = [c for c in groups if all(c in f for f in keyed.values())]
+    rates = pd.DataFrame([{"model": m, "group": c, "n": int((f.loc[shared, c] > 0).sum()),
+                           "positive_rate": float(f.loc[shared][f.loc[shared, c] > 0].pred.mean())}
+                          for m, f in keyed.items() for c in g]) if g else pd.DataFrame()
+    return per, pairs, rates
+
+# %% ../nbs/94_compare.ipynb #3f6b322d
+def rates_plot(c:AcrbComparison, # from `compare_acrb`
+               outcome:str="refused", # refused / erased
+               alpha:float=0.05, # level at which a value's paired difference is starred
+               ax=None, # matplotlib axes (None: a new figure)
+              ):
+    "Forest plot: each model's rate per attribute value with its interval; ★ where two models differ (paired, adjusted)."
+    import matplotlib.pyplot as plt
+    R = c.rates[c.rates.outcome.eq(outcome)]
+    models, ids = list(dict.fromkeys(R.model)), sorted(set(R.attribute_id), key=lambda a: (a != "neutral", a))
+    if ax is None: _, ax = plt.subplots(figsize=(7.5, 0.5 + 0.42 * len(ids) * max(1, len(models) / 2)))
+    cells = c.cells[c.cells.outcome.eq(outcome)]
+    starred = set(cells.loc[cells.p_adj <= alpha, "attribute_id"])
+    off = np.linspace(-0.28, 0.28, len(models)) if len(models) > 1 else [0.0]
+    for k, m in enumerate(models):
+        r = R[R.model.eq(m)].set_index("attribute_id").reindex(ids)
+        y = np.arange(len(ids)) + off[k]
+        ax.errorbar(r.rate, y, xerr=[(r.rate - r.ci_lo).clip(lower=0), (r.ci_hi - r.rate).clip(lower=0)], fmt="o", ms=4,
+                    capsize=2, label=m)
+    ax.set_yticks(range(len(ids)), [f"{a} ★" if a in starred else a for a in ids])
+    ax.invert_yaxis()
+    ax.set_xlabel({"refused": "R(a): refusal rate", "erased": "E(a): erasure rate"}.get(outcome, outcome) + " (95% interval)")
+    ax.legend(loc="best", fontsize=8, frameon=True)
+    ax.set_title(f"{outcome} per value and model; ★ = a paired difference between two models (adjusted p ≤ {alpha:g})", fontsize=9)
+    return ax

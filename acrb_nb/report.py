@@ -26,7 +26,7 @@ from .params import (NO_DEFAULT, ParameterError, SecretParameterError, absolute_
 # %% auto #0
 __all__ = ['HEADLINE_MIME', 'STOP_MIME', 'REPORT_CSS', 'STUDIES', 'check_secrets', 'scan_for_secrets', 'headline',
            'read_headlines', 'stop_report', 'build_index', 'ReportResult', 'progress_printer', 'render_report',
-           'find_nbs', 'resolve_template', 'execution_parameters', 'main']
+           'find_nbs', 'resolve_template', 'execution_parameters', 'compare_parameters', 'main']
 
 # %% ../nbs/90_report.ipynb #81fed1ae
 from .core import REDACTED, KEY_PATTERNS, secret_values, check_no_secrets  # one set of secret rules for the whole toolkit
@@ -193,7 +193,7 @@ def _dur(s) -> str:
 # %% ../nbs/90_report.ipynb #292f5fc5
 _INDEX_CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;max-width:75rem;padding:0 1rem;color:#222}
-h1{font-size:1.5rem;margin-bottom:.2rem} p.meta{color:#666;margin-top:0}
+h1{font-size:1.5rem;margin-bottom:.2rem} h2{font-size:1.15rem;margin:2rem 0 .2rem} p.meta{color:#666;margin-top:0}
 table{border-collapse:collapse;width:100%;font-size:.92rem}
 th,td{padding:.45rem .6rem;border-bottom:1px solid #e3e3e3;vertical-align:top;text-align:left}
 thead th{background:#f5f5f5;border-bottom:2px solid #ccc} tbody tr:hover{background:#fafafa}
@@ -203,9 +203,8 @@ dt{color:#555} dd{margin:0;text-align:right;font-variant-numeric:tabular-nums} c
 .warn{color:#8a5300;font-size:.85em}
 """
 
-def _index_html(rows: list[dict], generated: str) -> str:
+def _index_table(rows: list[dict]) -> str:
     e = html.escape
-    n_failed = sum(r["status"] == "failed" for r in rows)
     body = []
     for r in rows:
         heads = "".join(f"<dt>{e(k)}</dt><dd>{e(_fmt(v))}</dd>" for k, v in (r.get("headlines") or {}).items())
@@ -221,9 +220,19 @@ def _index_html(rows: list[dict], generated: str) -> str:
                     f"<td class='num'>{_dur(r.get('duration_s'))}</td><td>{status}</td>"
                     f"<td>{'<dl>' + heads + '</dl>' if heads else '–'}</td><td><code>{e(params) or 'defaults'}</code></td>"
                     f"<td>{link}</td></tr>")
-    table = ("<table><thead><tr><th>Study</th><th>Model</th><th>Executed</th><th>Duration</th><th>Status</th>"
-             "<th>Headline</th><th>Parameters</th><th>HTML</th></tr></thead><tbody>" + "".join(body) + "</tbody></table>"
-             if rows else "<p>No reports yet. Render one with <code>acrb-report acrb -p model sim</code> "
+    return ("<table><thead><tr><th>Study</th><th>Model</th><th>Executed</th><th>Duration</th><th>Status</th>"
+            "<th>Headline</th><th>Parameters</th><th>HTML</th></tr></thead><tbody>" + "".join(body) + "</tbody></table>")
+
+def _index_html(rows: list[dict], generated: str) -> str:
+    "The index page: one table of single-model reports, and model comparisons (study `compare`) in a section of their own."
+    e = html.escape
+    n_failed = sum(r["status"] == "failed" for r in rows)
+    single, compared = [r for r in rows if r["study"] != "compare"], [r for r in rows if r["study"] == "compare"]
+    table = (_index_table(single) if single else "") + (
+        "<h2>Model comparisons</h2><p class='meta'>Two or more runs of one study compared on the items they share, "
+        "every difference tested paired (<code>acrb-report compare RUN RUN …</code>).</p>" + _index_table(compared)
+        if compared else "")
+    if not rows: table = ("<p>No reports yet. Render one with <code>acrb-report acrb -p model sim</code> "
                           "or all studies with <code>acrb-report --all</code>.</p>")
     summary = f"{len(rows)} report{'s' * (len(rows) != 1)}" + (f", {n_failed} failed" if n_failed else "")
     return (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
@@ -476,7 +485,7 @@ def render_report(template: str | Path, # report notebook, e.g. nbs/acrb.ipynb
                         dest["html"] if dest["html"].exists() else None, ok, error, seconds, heads, redacted)
 
 # %% ../nbs/90_report.ipynb #d1f3ab31
-STUDIES = ("acrb", "toxicity", "fairness", "iat")
+STUDIES = ("acrb", "toxicity", "fairness", "iat", "compare")
 
 def find_nbs(start: str | Path | None = None, # folder to search upward from; the current directory by default
             ) -> Path:
@@ -528,9 +537,12 @@ def _parser() -> argparse.ArgumentParser:
         epilog="examples:\n  acrb-report acrb -p model flux -p n 3\n  acrb-report nbs/toxicity.ipynb -f configs/tox.yaml\n"
                "  acrb-report acrb -p model flux --execution ray --ray-address auto --ray-num-gpus 1\n"
                "  acrb-report acrb -p model gpt-image-1 --budget '{rpm: 20, concurrency: 2}'\n"
+               "  acrb-report compare runs/acrb/flux/1a2b3c runs/acrb/sd3/4d5e6f   (or report names: acrb/flux acrb/sd3)\n"
                "  acrb-report --all\n\nAPI keys come from environment variables (OPENAI_API_KEY, GOOGLE_API_KEY, ...), "
                "never from parameters.", formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("template", nargs="?", help="template notebook (nbs/acrb.ipynb) or study name (acrb)")
+    p.add_argument("runs", nargs="*", metavar="RUN", help="compare only: run folders or report names (acrb/sim) to compare, "
+                   "two or more (the `runs` parameter)")
     p.add_argument("-p", "--parameters", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                    help="a parameter, typed like papermill: int, float, True/False, None, else string")
     p.add_argument("-f", "--config", help="YAML file of parameters (e.g. configs/acrb_flux.yaml)")
@@ -589,6 +601,28 @@ def _say(r: ReportResult):
         print(f"WARNING {r.study}/{r.model}: secret(s) {', '.join(r.redacted)} appeared in the output and were redacted",
               file=sys.stderr)
 
+# %% ../nbs/90_report.ipynb #22414f45
+def compare_parameters(params: Mapping[str, Any], # parameters so far (from -p / -y / -f)
+                       template: str, # the template argument: `compare` or a path to compare.ipynb
+                       runs: list, # the RUN arguments: run folders or report names
+                       out_dir: str | Path = "reports", # --out: where report names are looked up
+                      ) -> dict:
+    """`acrb-report compare RUN RUN …`: the compare template's `runs` (existing folders made absolute, report names
+    kept), its `reports` folder, and a report name made of the models' names (`sim-vs-gpt-image-1`)."""
+    if Path(str(template)).stem != "compare":
+        raise ParameterError(f"unexpected arguments {' '.join(map(str, runs))} after {template}: only `acrb-report compare RUN "
+                             f"RUN …` takes run folders; give parameters as -p NAME VALUE")
+    if "runs" in params: raise ParameterError("give the runs as arguments or as -p/-y runs, not both")
+    out = dict(params)
+    out["runs"] = [str(Path(r).resolve()) if Path(r).exists() else str(r) for r in runs]
+    out.setdefault("reports", str(Path(out_dir).resolve()))
+    if "model" not in out:
+        from acrb_nb.compare import load_runs
+        try: names = [r.name for r in load_runs(out["runs"], out.get("names"), out["reports"])]
+        except (OSError, ValueError) as e: raise ParameterError(str(e)) from None
+        out["model"] = "-vs-".join(names)
+    return out
+
 # %% ../nbs/90_report.ipynb #ad8e7d35
 def main(argv: list[str] | None = None, # command-line arguments; `sys.argv[1:]` by default
         ) -> int:
@@ -629,6 +663,7 @@ def main(argv: list[str] | None = None, # command-line arguments; `sys.argv[1:]`
                 if not isinstance(d, dict): raise ParameterError(f"-y {y!r} is not a YAML mapping; write it as 'name: value'")
                 params.update(d)
         params.update({k: parse_value(v) for k, v in a.parameters})
+        if a.runs: params = compare_parameters(params, a.template, a.runs, a.out)
         params = execution_parameters(params, a.execution, a.budget, address=a.ray_address, num_actors=a.ray_num_actors,
                                       num_cpus=a.ray_num_cpus, num_gpus=a.ray_num_gpus, batch_size=a.ray_batch_size)
         t = resolve_template(a.template, a.nbs)
