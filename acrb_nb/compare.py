@@ -10,8 +10,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 from scipy import special, stats as sps
-from .stats.resample import as_generator, boot_additive
-from .stats.rates import _maxmin
+from .stats.resample import as_generator, boot_additive, perm_pvalue, safe_ratio
+from .stats.rates import row_spread
 from .stats.tests import adjust_pvalues, mcnemar_test, paired_effects
 
 # %% auto #0
@@ -54,7 +54,7 @@ def _read_json(p:Path)->dict:
     try: return json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError): return {}
 
-# %% ../nbs/94_compare.ipynb #ab5a66de
+# %% ../nbs/94_compare.ipynb #850fb441
 def load_runs(refs:Sequence, # run folders or report names ("acrb/sim"), two or more
               names:Sequence[str]|None=None, # display names (default: the model of each spec, told apart if equal)
               reports:str|Path="reports", # where report names are looked up
@@ -82,7 +82,7 @@ def load_runs(refs:Sequence, # run folders or report names ("acrb/sim"), two or 
         if len(set(names)) != len(names): names = [f"{n}:{d.parent.name}/{d.name}" for n, d in zip(names, dirs)]
     return [CompareRun(n, s.get("study"), d, s, m) for n, d, s, m in zip(names, dirs, specs, mans)]
 
-# %% ../nbs/94_compare.ipynb #411c678d
+# %% ../nbs/94_compare.ipynb #5e862f55
 def acrb_frame(run:CompareRun, # from `load_runs`
                judge:str="judge", # which judge's verdicts count (`<judge>_retention`)
               )->pd.DataFrame:
@@ -100,7 +100,7 @@ def acrb_frame(run:CompareRun, # from `load_runs`
     long["model"] = run.name
     return long.reset_index(drop=True)
 
-# %% ../nbs/94_compare.ipynb #a7b39376
+# %% ../nbs/94_compare.ipynb #760ec7ff
 _SPEC_FIELDS = ("mode", "attribute_set", "attributes", "domains", "n_base_prompts", "images_per_prompt", "llm", "source_dir")
 
 def _spec_diff(runs:Sequence[CompareRun])->list:
@@ -130,7 +130,7 @@ def shared_items(frames:Mapping[str, pd.DataFrame], # model name -> its item fra
                            "other text or seed": len(common - same)} for m, f in frames.items()])
     return {m: f[f["item"].isin(same)].reset_index(drop=True) for m, f in frames.items()}, table
 
-# %% ../nbs/94_compare.ipynb #d3ca36db
+# %% ../nbs/94_compare.ipynb #7b61b116
 def _pairs(models:Sequence[str])->list: return list(itertools.combinations(models, 2))
 
 def compare_rates(frames:Mapping[str, pd.DataFrame], # model -> items (`shared_items`)
@@ -169,16 +169,13 @@ def difference_verdict(p:float, # adjusted p-value of a difference between model
     if p is None or not np.isfinite(p): return "not tested"
     return "difference" if p <= alpha else "no evidence of a difference"
 
-# %% ../nbs/94_compare.ipynb #b0125479
+# %% ../nbs/94_compare.ipynb #90c03bc9
 def _sums(f:pd.DataFrame, outcome:str, ccode:Mapping, gcode:Mapping, C:int, G:int)->tuple:
     d = f[f.attribute_id.isin(gcode)].dropna(subset=[outcome])
     c, g = d.cluster.map(ccode).to_numpy(), d.attribute_id.map(gcode).to_numpy()
     S = np.bincount(c * G + g, weights=d[outcome].to_numpy(float), minlength=C * G).reshape(C, G)
     N = np.bincount(c * G + g, minlength=C * G).reshape(C, G).astype(float)
     return S, N
-
-def _ratio(a, b):
-    with np.errstate(invalid="ignore", divide="ignore"): return np.where(b > 0, a / np.where(b > 0, b, 1), np.nan)
 
 def delta_difference(fa:pd.DataFrame, # model A's items (`shared_items`)
                      fb:pd.DataFrame, # model B's items, the same base prompts
@@ -196,20 +193,19 @@ def delta_difference(fa:pd.DataFrame, # model A's items (`shared_items`)
     if C < 2 or G < 2: raise ValueError(f"delta_difference needs ≥ 2 base prompts and ≥ 2 values, got {C} and {G}")
     cc, gc = {c: i for i, c in enumerate(clusters)}, {a: i for i, a in enumerate(ids)}
     (SA, NA), (SB, NB) = _sums(fa, outcome, cc, gc, C, G), _sums(fb, outcome, cc, gc, C, G)
-    f = lambda T: _maxmin(_ratio(T[:, :G], T[:, G:2 * G])) - _maxmin(_ratio(T[:, 2 * G:3 * G], T[:, 3 * G:]))
+    f = lambda T: row_spread(safe_ratio(T[:, :G], T[:, G:2 * G])) - row_spread(safe_ratio(T[:, 2 * G:3 * G], T[:, 3 * G:]))
     rb, rp = as_generator(seed).spawn(2)
     res = boot_additive(np.hstack([SA, NA, SB, NB]), f, np.zeros(C, np.int64), n_boot, alpha, "percentile", rb)
-    da, db = (float(_maxmin(_ratio(S.sum(0)[None], N.sum(0)[None]))[0]) for S, N in ((SA, NA), (SB, NB)))
+    da, db = (float(row_spread(safe_ratio(S.sum(0)[None], N.sum(0)[None]))[0]) for S, N in ((SA, NA), (SB, NB)))
     obs = da - db
     sw = (rp.random((n_perm, C)) < 0.5).astype(float)
     dS, dN = sw @ (SB - SA), sw @ (NB - NA)
-    null = _maxmin(_ratio(SA.sum(0) + dS, NA.sum(0) + dN)) - _maxmin(_ratio(SB.sum(0) - dS, NB.sum(0) - dN))
-    from acrb_nb.stats.resample import perm_pvalue
+    null = row_spread(safe_ratio(SA.sum(0) + dS, NA.sum(0) + dN)) - row_spread(safe_ratio(SB.sum(0) - dS, NB.sum(0) - dN))
     null = null[np.isfinite(null)]
     return {"n_clusters": C, "n_values": G, "delta_a": da, "delta_b": db, "diff": obs, "lo": float(res.lo),
             "hi": float(res.hi), "p": perm_pvalue(obs, null, "two-sided", 1) if len(null) else np.nan}
 
-# %% ../nbs/94_compare.ipynb #1c8ab6aa
+# %% ../nbs/94_compare.ipynb #09b4cb93
 @dataclasses.dataclass(frozen=True, eq=False)
 class AcrbComparison:
     "Every table of an ACRB model comparison (`compare_acrb`)."
@@ -246,7 +242,7 @@ def compare_acrb(runs:Sequence, # `CompareRun`s, or run folders / report names f
         for m, f in frames.items():
             if f[o].notna().any():
                 R.append(rates(f, o, n_boot=n_boot, seed=seed).assign(model=m, outcome=o))
-                if f.loc[f.attribute_type.ne("neutral"), o].notna().any():
+                if f.loc[f.attribute_type.ne("neutral")].dropna(subset=[o]).attribute_id.nunique() >= 2:  # Δ needs two values
                     D.append(disparities(f, o, n_boot=n_boot, n_perm=n_perm, seed=seed, alpha=alpha).assign(model=m))
         cells.append(compare_rates(frames, o, alpha=alpha, correction=correction))
         rows = []
@@ -256,6 +252,9 @@ def compare_acrb(runs:Sequence, # `CompareRun`s, or run folders / report names f
             for dim, ids in dims:
                 if ids is not None and len(ids) < 2: continue
                 if dim == "(pooled)" and len(dims) == 2: continue   # one dimension: pooled is the same Δ
+                have = [f[f.attribute_type.ne("neutral") & (f.attribute_id.isin(ids) if ids else True)].dropna(subset=[o])
+                        .attribute_id.nunique() for f in (frames[a], frames[b])]
+                if min(have) < 2: continue                            # a model with fewer than two rated values has no Δ
                 r = delta_difference(frames[a], frames[b], o, ids, n_boot, n_perm, alpha, seed)
                 rows.append({"outcome": o, "dimension": dim, "model_a": a, "model_b": b, **r})
         dd.append(pd.DataFrame(rows))
@@ -285,7 +284,7 @@ def _acrb_headline(R:pd.DataFrame, D:pd.DataFrame, items:pd.DataFrame)->pd.DataF
         rows.append(row)
     return pd.DataFrame(rows)
 
-# %% ../nbs/94_compare.ipynb #e0d67298
+# %% ../nbs/94_compare.ipynb #3cd2ebe6
 def _placements(y:np.ndarray, s:np.ndarray)->tuple:
     "AUC per scorer (rows of `s`), and each positive's and negative's placement (Sun & Xu's midrank algorithm)."
     pos, neg = s[:, y == 1], s[:, y == 0]
@@ -318,10 +317,10 @@ def delong_test(y, # 0/1 labels of the shared rows
             "auc_a_lo": ci(auc[0], S[0, 0])[0], "auc_a_hi": ci(auc[0], S[0, 0])[1],
             "auc_b_lo": ci(auc[1], S[1, 1])[0], "auc_b_hi": ci(auc[1], S[1, 1])[1],
             "diff": float(diff), "se": se, "lo": float(diff - z_crit * se), "hi": float(diff + z_crit * se),
-            "z": float(z), "p": float(2 * special.ndtr(-abs(z))) if np.isfinite(z) else 0.0, "corr": float(S[0, 1] / np.sqrt(S[0, 0] * S[1, 1]))
-            if S[0, 0] > 0 and S[1, 1] > 0 else np.nan}
+            "z": float(z), "p": float(2 * special.ndtr(-abs(z))) if np.isfinite(z) else 0.0,
+            "corr": float(S[0, 1] / np.sqrt(S[0, 0] * S[1, 1])) if S[0, 0] > 0 and S[1, 1] > 0 else np.nan}
 
-# %% ../nbs/94_compare.ipynb #23021edd
+# %% ../nbs/94_compare.ipynb #aefbae47
 def toxicity_frame(run:CompareRun)->pd.DataFrame:
     "The scored rows of a toxicity run: idx, label, score, pred and identity columns."
     p = run.dir / "zs_preds.parquet"
@@ -362,7 +361,7 @@ def compare_toxicity(frames:Mapping|Sequence, # model -> scored rows (`score_dat
                           for m, f in keyed.items() for c in g]) if g else pd.DataFrame()
     return per, pairs, rates
 
-# %% ../nbs/94_compare.ipynb #3f6b322d
+# %% ../nbs/94_compare.ipynb #51111acb
 def rates_plot(c:AcrbComparison, # from `compare_acrb`
                outcome:str="refused", # refused / erased
                alpha:float=0.05, # level at which a value's paired difference is starred

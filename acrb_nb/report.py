@@ -190,7 +190,7 @@ def _dur(s) -> str:
     s = float(s)
     return f"{s:.1f} s" if s < 60 else f"{int(s // 60)} min {s % 60:.0f} s"
 
-# %% ../nbs/90_report.ipynb #292f5fc5
+# %% ../nbs/90_report.ipynb #74ba649e
 _INDEX_CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;max-width:75rem;padding:0 1rem;color:#222}
 h1{font-size:1.5rem;margin-bottom:.2rem} h2{font-size:1.15rem;margin:2rem 0 .2rem} p.meta{color:#666;margin-top:0}
@@ -240,6 +240,7 @@ def _index_html(rows: list[dict], generated: str) -> str:
             f"<style>{_INDEX_CSS}</style></head><body><h1>acrb_nb reports</h1>"
             f"<p class='meta'>{summary} · index generated {e(generated)}</p>{table}</body></html>\n")
 
+# %% ../nbs/90_report.ipynb #ff687e1e
 def build_index(out_dir: str | Path = "reports", # reports folder holding <study>/<model>.ipynb
                ) -> Path:
     "Write `<out_dir>/index.html` and `<out_dir>/index.json`, one row per report; return the HTML path."
@@ -518,7 +519,7 @@ def resolve_template(name: str, # a template path, or a study name like `acrb`
         raise FileNotFoundError(f"no template {t} for study {name!r}; templates in {nbs}: {', '.join(have) or 'none'}")
     return t
 
-# %% ../nbs/90_report.ipynb #c2b76010
+# %% ../nbs/90_report.ipynb #e2ead100
 def _execution_arg(s:str):
     "`--execution` value: local, ray, or a YAML/JSON mapping of Execution fields."
     v = parse_yaml(s, f"--execution {s!r}", argparse.ArgumentTypeError)
@@ -571,6 +572,7 @@ def _parser() -> argparse.ArgumentParser:
                         "per model '{gpt-image-1: {rpm: 20}}', or unlimited (default: each API adapter's declared rpm)")
     return p
 
+# %% ../nbs/90_report.ipynb #3b7d595d
 def execution_parameters(params: Mapping[str, Any], # parameters so far (from -p / -y / -f)
                          execution: str | Mapping | None = None, # --execution
                          budget: str | Mapping | None = None, # --budget

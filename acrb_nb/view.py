@@ -15,7 +15,7 @@ from .acrb.gallery import RedactionPolicy, redaction_reason
 
 # %% auto #0
 __all__ = ['ACRB_FACETS', 'IAT_FACETS', 'TOXICITY_FACETS', 'LOADERS', 'ViewData', 'human_labels', 'acrb_items', 'iat_items',
-           'toxicity_items', 'load_view', 'thumb_url', 'view_html', 'write_view', 'view_link', 'main']
+           'toxicity_items', 'load_view', 'thumb_url', 'view_html', 'write_view', 'view_href', 'view_link', 'main']
 
 # %% ../nbs/93_view.ipynb #68e2326f
 @dataclasses.dataclass(frozen=True)
@@ -297,14 +297,19 @@ def write_view(run_dir, # a run folder
     return out
 
 # %% ../nbs/93_view.ipynb #03b3b21d
+def view_href(page, # the page `write_view` wrote
+             )->tuple:
+    "(href relative to the report's HTML (`ACRB_REPORT_HTML`) or the current folder, the path shown: relative to the current folder)."
+    page, here = Path(page).resolve(), Path.cwd().resolve()
+    base = Path(os.environ["ACRB_REPORT_HTML"]).resolve().parent if os.environ.get("ACRB_REPORT_HTML") else here
+    try: return Path(os.path.relpath(page, base)).as_posix(), Path(os.path.relpath(page, here)).as_posix()
+    except ValueError: return page.name, page.name   # another drive (Windows)
+
 def view_link(page, # the page `write_view` wrote
               what:str="prompts, images, outcomes, raw reasons, verdicts, human labels", # what an item shows
              )->str:
     "HTML linking a report to a run's viewer page, relative to the report's HTML (`ACRB_REPORT_HTML`) or the current folder."
-    page, here = Path(page).resolve(), Path.cwd().resolve()
-    base = Path(os.environ["ACRB_REPORT_HTML"]).resolve().parent if os.environ.get("ACRB_REPORT_HTML") else here
-    try: href, shown = Path(os.path.relpath(page, base)).as_posix(), Path(os.path.relpath(page, here)).as_posix()
-    except ValueError: href = shown = page.name   # another drive (Windows)
+    href, shown = view_href(page)
     return (f"<p><b>Every item of this run</b> — {html.escape(what)}, with filters and search: "
             f"<a href='{html.escape(href)}'>{html.escape(shown)}</a> (one page that opens from disk; "
             f"<code>acrb-view &lt;run folder&gt;</code> writes it again).</p>")
