@@ -17,7 +17,7 @@ from .stats.tests import adjust_pvalues, mcnemar_test, paired_effects
 # %% auto #0
 __all__ = ['OUTCOMES', 'CompareRun', 'run_of_report', 'load_runs', 'acrb_frame', 'shared_items', 'compare_rates',
            'difference_verdict', 'delta_difference', 'AcrbComparison', 'compare_acrb', 'delong_test', 'toxicity_frame',
-           'compare_toxicity', 'rates_plot']
+           'compare_toxicity', 'rates_plot', 'iat_frame', 'compare_iat']
 
 # %% ../nbs/94_compare.ipynb #d52afa14
 @dataclasses.dataclass(frozen=True)
@@ -386,3 +386,66 @@ def rates_plot(c:AcrbComparison, # from `compare_acrb`
     ax.legend(loc="best", fontsize=8, frameon=True)
     ax.set_title(f"{outcome} per value and model; ★ = a paired difference between two models (adjusted p ≤ {alpha:g})", fontsize=9)
     return ax
+
+# %% ../nbs/94_compare.ipynb #0d8a48c5
+def iat_frame(run:CompareRun)->pd.DataFrame:
+    "The scored trials of an IAT run (`iat.score_trials`), with a model-independent identity per trial."
+    from acrb_nb.iat.scoring import score_trials
+    files = sorted(run.dir.glob("iat_results_*.jsonl"))
+    if not files: raise FileNotFoundError(f"{run.dir} has no iat_results_*.jsonl: run {run.name} has not finished a pass")
+    d = pd.concat([pd.read_json(f, lines=True) for f in files], ignore_index=True)
+    d = score_trials(d)
+    d["item"] = d.pair_id.astype(str) + "/" + d.trial_id.astype(str)
+    d["text"] = d.instruction.astype(str)
+    d["seed"] = d.image_sha256.map(lambda v: ",".join(map(str, v)) if isinstance(v, (list, np.ndarray)) else str(v))
+    d["model"] = run.name
+    return d.drop_duplicates("item").reset_index(drop=True)
+
+def _iat_totals(d:pd.DataFrame, cc:Mapping, centre:float)->tuple:
+    "Per profile pair (cluster) totals of the performance score by stage (congruent position) and condition."
+    from acrb_nb.stats.iat import d_totals
+    v = d[d.q.notna()]
+    st = v.hit_pos.map({"A": 0, "B": 1}).to_numpy()
+    return d_totals(v.q.to_numpy(float) - centre, v.condition.eq("incongruent").to_numpy(), st, v.pp.map(cc).to_numpy(), len(cc), 2)
+
+def compare_iat(frames:Mapping|Sequence, # model -> scored trials (`iat_frame`), or `CompareRun`s / run folders
+                n_boot:int=2000, # paired bootstrap resamples (profile pairs)
+                n_perm:int=10000, # paired permutations (profile pairs swapped between the two models)
+                alpha:float=0.05, # family-wise level
+                correction:str="holm", # over attribute pairs × pairs of models
+                seed:int=0, # seed of the resamples
+               )->tuple:
+    "(D per model and attribute pair with its interval, D_A − D_B per attribute pair and pair of models, items) on the shared trials."
+    from acrb_nb.stats.iat import iat_effect, d_from_totals
+    if not isinstance(frames, Mapping):
+        runs = list(frames) if all(isinstance(r, CompareRun) for r in frames) else load_runs(frames)
+        frames = {r.name: iat_frame(r) for r in runs}
+    frames, items = shared_items(frames)
+    per, diffs = [], []
+    D = lambda T: d_from_totals(T, 2, -1.0)[0]          # performance D averaged over the two congruent positions
+    for pid in sorted(set(next(iter(frames.values())).pair_id)):
+        sub = {m: f[f.pair_id.eq(pid)] for m, f in frames.items()}
+        for m, d in sub.items():
+            e = iat_effect(d[d.q.notna()], "q", "condition", stage="hit_pos", cluster="pp", n_boot=n_boot, n_perm=2000,
+                           alpha=alpha, seed=seed)
+            per.append({"pair_id": pid, "model": m, "n_trials": int(d.q.notna().sum()), "D": e["D"], "lo": e["lo"],
+                        "hi": e["hi"], "p": e["p"]})
+        for a, b in _pairs(list(sub)):
+            cc = {c: i for i, c in enumerate(sorted(set(sub[a].pp) | set(sub[b].pp)))}
+            centre = float(pd.concat([sub[a].q, sub[b].q]).mean())   # one centring: a swapped profile pair keeps its scores
+            TA, TB = _iat_totals(sub[a], cc, centre), _iat_totals(sub[b], cc, centre)
+            k = TA.shape[1]
+            rb, rp = as_generator(seed).spawn(2)
+            res = boot_additive(np.hstack([TA, TB]), lambda T: D(T[:, :k]) - D(T[:, k:]), np.zeros(len(cc), np.int64),
+                                n_boot, alpha, "percentile", rb)
+            sw = (rp.random((n_perm, len(cc))) < 0.5).astype(float) @ (TB - TA)
+            null = D(TA.sum(0) + sw) - D(TB.sum(0) - sw)
+            da, db = float(D(TA.sum(0)[None])[0]), float(D(TB.sum(0)[None])[0])
+            null = null[np.isfinite(null)]
+            diffs.append({"pair_id": pid, "model_a": a, "model_b": b, "n_profile_pairs": len(cc), "D_a": da, "D_b": db,
+                          "diff": da - db, "lo": float(res.lo), "hi": float(res.hi),
+                          "p": perm_pvalue(da - db, null, "two-sided", 1) if len(null) else np.nan})
+    diffs = pd.DataFrame(diffs)
+    diffs["p_adj"], _ = adjust_pvalues(diffs.p, correction, alpha)
+    diffs["verdict"] = [difference_verdict(p, alpha) for p in diffs.p_adj]
+    return pd.DataFrame(per), diffs, items
