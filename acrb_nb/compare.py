@@ -17,7 +17,7 @@ from .stats.tests import adjust_pvalues, mcnemar_test, paired_effects
 # %% auto #0
 __all__ = ['OUTCOMES', 'CompareRun', 'run_of_report', 'load_runs', 'acrb_frame', 'shared_items', 'compare_rates',
            'difference_verdict', 'delta_difference', 'AcrbComparison', 'compare_acrb', 'delong_test', 'toxicity_frame',
-           'compare_toxicity', 'rates_plot', 'iat_frame', 'compare_iat']
+           'compare_toxicity', 'rates_plot', 'iat_frame', 'compare_iat', 'compare_fairness']
 
 # %% ../nbs/94_compare.ipynb #d52afa14
 @dataclasses.dataclass(frozen=True)
@@ -449,3 +449,82 @@ def compare_iat(frames:Mapping|Sequence, # model -> scored trials (`iat_frame`),
     diffs["p_adj"], _ = adjust_pvalues(diffs.p, correction, alpha)
     diffs["verdict"] = [difference_verdict(p, alpha) for p in diffs.p_adj]
     return pd.DataFrame(per), diffs, items
+
+# %% ../nbs/94_compare.ipynb #ae8f707f
+_FAIR_METRICS = {"pos_rate": (None, "p"), "tpr": (1, "p"), "fpr": (0, "p"), "acc": (None, "correct")}
+
+def _fair_events(y:np.ndarray, p:np.ndarray, metric:str)->tuple:
+    "(rows the metric is a share of, the event per row) for one prediction vector."
+    label, ev = _FAIR_METRICS[metric]
+    rows = np.ones(len(y), bool) if label is None else (y == label)
+    return rows, (p == 1) if ev == "p" else (p == y)
+
+def compare_fairness(df:pd.DataFrame, # one row per scored item: label, identity and prediction columns
+                     pred_cols:Sequence[str], # two or more 0/1 prediction columns of the same rows
+                     label_col:str="label", # 0/1 label column
+                     id_cols:Sequence[str]=(), # identity columns: 0/1 or fractions (member iff ≥ threshold), or one categorical column
+                     threshold:float=0.5, # fraction columns: member iff value ≥ threshold
+                     metrics:Sequence[str]=("pos_rate", "tpr", "fpr", "acc"), # shares of rows compared
+                     n_boot:int=2000, # paired row-bootstrap resamples (gap intervals)
+                     n_perm:int=10000, # paired permutations (gap tests)
+                     alpha:float=0.05, # family-wise level
+                     correction:str="holm", # over every test
+                     seed:int=0, # seed of the resamples
+                    )->tuple:
+    "(per group × metric × pair of predictions: paired difference, McNemar; per identity × metric × pair: gap difference)."
+    if len(pred_cols) < 2: raise ValueError(f"compare_fairness needs two or more prediction columns, got {list(pred_cols)}")
+    miss = [c for c in [label_col, *pred_cols, *id_cols] if c not in df.columns]
+    if miss: raise ValueError(f"compare_fairness: columns {miss} not in the table; it has {list(df.columns)}")
+    bad = [m for m in metrics if m not in _FAIR_METRICS]
+    if bad: raise ValueError(f"unknown metrics {bad}; use {list(_FAIR_METRICS)}")
+    y = pd.to_numeric(df[label_col], errors="coerce").to_numpy(float)
+    P = {c: pd.to_numeric(df[c], errors="coerce").to_numpy(float) for c in pred_cols}
+    groups = {"(all)": np.ones(len(df), bool)}
+    for c in id_cols:
+        v = df[c]
+        if pd.api.types.is_numeric_dtype(v): groups[c] = (v.to_numpy(float) >= threshold)
+        else: groups.update({f"{c}={g}": (v == g).to_numpy() for g in sorted(v.dropna().unique(), key=str)})
+    ok = ~np.isnan(y) & np.all([~np.isnan(p) for p in P.values()], axis=0)
+    rows, gaps = [], []
+    g0, gp = as_generator(seed).spawn(2)
+    W = g0.multinomial(int(ok.sum()), np.full(int(ok.sum()), 1 / ok.sum()), size=n_boot).astype(float)   # same rows for all
+    S = (gp.random((n_perm, int(ok.sum()))) < 0.5).astype(float)
+    yo = y[ok]
+    for a, b in _pairs(list(pred_cols)):
+        pa, pb = P[a][ok], P[b][ok]
+        for m in metrics:
+            (ra, ea), (_, eb) = _fair_events(yo, pa, m), _fair_events(yo, pb, m)
+            ea, eb = ea.astype(float), eb.astype(float)
+            for gname, gm in groups.items():
+                sel = ra & gm[ok]
+                x1, x2 = ea[sel], eb[sel]
+                n11, n10 = int((x1 * x2).sum()), int((x1 * (1 - x2)).sum())
+                n01, n00 = int(((1 - x1) * x2).sum()), int(((1 - x1) * (1 - x2)).sum())
+                if n11 + n10 + n01 + n00 == 0: continue
+                e = paired_effects(n11, n10, n01, n00, alpha)
+                rows.append({"group": gname, "metric": m, "pred_a": a, "pred_b": b, "n": int(sel.sum()), "rate_a": x1.mean(),
+                             "rate_b": x2.mean(), "diff": e["rd"], "lo": e["rd_lo"], "hi": e["rd_hi"], "a_only": n10,
+                             "b_only": n01, "p": mcnemar_test(n10, n01)["p"]})
+            for gname, gm in list(groups.items())[1:]:
+                mem, rest = ra & gm[ok], ra & ~gm[ok]
+                if mem.sum() == 0 or rest.sum() == 0: continue
+                mf, rf = mem.astype(float), rest.astype(float)
+                gap = lambda Wt, e: safe_ratio(Wt @ (e * mf), Wt @ mf) - safe_ratio(Wt @ (e * rf), Wt @ rf)
+                one = np.ones((1, len(yo)))
+                ga, gb = float(gap(one, ea)[0]), float(gap(one, eb)[0])
+                bt = gap(W, ea) - gap(W, eb)
+                bt = bt[np.isfinite(bt)]
+                sw_a, sw_b = ea + S * (eb - ea), eb - S * (eb - ea)
+                null = (sw_a @ mem / mem.sum() - sw_a @ rest / rest.sum()) - (sw_b @ mem / mem.sum() - sw_b @ rest / rest.sum())
+                gaps.append({"identity": gname, "metric": m, "pred_a": a, "pred_b": b, "n_members": int(mem.sum()),
+                             "n_rest": int(rest.sum()), "gap_a": ga, "gap_b": gb, "diff": ga - gb,
+                             "lo": float(np.quantile(bt, alpha / 2)) if len(bt) else np.nan,
+                             "hi": float(np.quantile(bt, 1 - alpha / 2)) if len(bt) else np.nan,
+                             "p": perm_pvalue(ga - gb, null, "two-sided", 1)})
+    rows, gaps = pd.DataFrame(rows), pd.DataFrame(gaps)
+    adj, _ = adjust_pvalues(np.r_[rows.p.to_numpy(float), gaps.p.to_numpy(float) if len(gaps) else []], correction, alpha)
+    rows["p_adj"] = adj[:len(rows)]
+    if len(gaps): gaps["p_adj"] = adj[len(rows):]
+    for t in (rows, gaps):
+        if len(t): t["verdict"] = [difference_verdict(p, alpha) for p in t.p_adj]
+    return rows, gaps

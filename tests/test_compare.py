@@ -78,3 +78,20 @@ def test_acrb_report_compare_from_an_empty_folder(two_runs, tmp_path):
     # a run that shares nothing with another is refused, naming what differs
     q = subprocess.run(cmd[:3] + [str(here / "nothing")] + cmd[4:], cwd=here, capture_output=True, text=True, timeout=120)
     assert q.returncode == 2 and "nothing" in q.stderr
+
+
+def test_fairness_predictions_compared_on_the_same_rows(tmp_path):
+    "Two prediction columns of one table (alt-profanity-check at its threshold and at score ≥ 0.2), from a user's folder."
+    import pandas as pd
+    t = pd.read_csv(ROOT / "data" / "fairness" / "toxigen200.alt-profanity-check.csv")
+    t["pred_0.2"] = (t.score >= 0.2).astype(int)
+    t.to_csv(tmp_path / "preds.csv", index=False)
+    cmd = [str(Path(sys.executable).parent / "acrb-report"), "compare", "--nbs", str(ROOT / "nbs"), "-p", "model", "apc",
+           "-p", "preds", "preds.csv", "-y", "pred_cols: [pred, pred_0.2]", "-p", "label_col", "is_toxic", "-p", "id_cols",
+           "target_group", "-p", "n_boot", "300"]
+    p = subprocess.run(cmd, cwd=tmp_path, env={**os.environ, "ACRB_PROGRESS": "0"}, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    row = json.loads((tmp_path / "reports" / "index.json").read_text())["reports"][0]
+    assert (row["study"], row["headlines"]["rows"], row["headlines"]["predictions"]) == ("compare", 200, 2)
+    assert row["headlines"]["differences"] >= 1          # 27 rows more positive at the lower threshold, all one way
+    assert "target_group=muslim" in (tmp_path / "reports" / "compare" / "apc.html").read_text()
