@@ -16,8 +16,9 @@ from .stats.tests import adjust_pvalues, mcnemar_test, paired_effects
 
 # %% auto #0
 __all__ = ['OUTCOMES', 'CompareRun', 'run_of_report', 'load_runs', 'acrb_frame', 'shared_items', 'compare_rates',
-           'difference_verdict', 'delta_difference', 'AcrbComparison', 'compare_acrb', 'delong_test', 'toxicity_frame',
-           'compare_toxicity', 'rates_plot', 'iat_frame', 'compare_iat', 'compare_fairness']
+           'difference_verdict', 'delta_difference', 'corrected_erasure', 'AcrbComparison', 'compare_acrb',
+           'delong_test', 'toxicity_frame', 'compare_toxicity', 'rates_plot', 'iat_frame', 'compare_iat',
+           'compare_fairness']
 
 # %% ../nbs/94_compare.ipynb #d52afa14
 @dataclasses.dataclass(frozen=True)
@@ -205,7 +206,62 @@ def delta_difference(fa:pd.DataFrame, # model A's items (`shared_items`)
     return {"n_clusters": C, "n_values": G, "delta_a": da, "delta_b": db, "diff": obs, "lo": float(res.lo),
             "hi": float(res.hi), "p": perm_pvalue(obs, null, "two-sided", 1) if len(null) else np.nan}
 
-# %% ../nbs/94_compare.ipynb #09b4cb93
+# %% ../nbs/94_compare.ipynb #0a27b495
+def corrected_erasure(runs:Sequence[CompareRun], # the runs
+                      frames:Mapping[str, pd.DataFrame], # their shared items (`shared_items`)
+                      judge:str="judge", # judge column prefix
+                      alpha:float=0.05, # 1 - confidence level
+                      min_labels:int=30, # labels a value needs before its corrected rate is cited
+                     )->tuple:
+    "(per model × value: judge-only and corrected E(a) of runs with labels, per value × pair of such models: corrected difference)."
+    from acrb_nb.acrb.pipeline import judge_correction
+    from acrb_nb.labels import sample_ids
+    from acrb_nb.store import ItemStore
+    per = []
+    for r in runs:
+        if not (r.dir / "items.sqlite").is_file(): continue
+        st = ItemStore(r.dir / "items.sqlite")
+        try:
+            if not sample_ids(st): continue
+            s3 = pd.read_parquet(r.dir / "stage3_evaluation.parquet")
+            jc = judge_correction(st, s3, clusters=sorted(set(frames[r.name].cluster)), judge=judge, alpha=alpha,
+                                  min_labels=min_labels)
+        finally: st.close()
+        if jc.n_labels: per.append(jc.rates.assign(model=r.name, note=jc.note))
+    if not per: return pd.DataFrame(), pd.DataFrame()
+    R = pd.concat(per, ignore_index=True)
+    z, rows = special.ndtri(1 - alpha / 2), []
+    for a, b in _pairs(list(dict.fromkeys(R.model))):
+        A, B = (R[R.model.eq(m)].set_index("group") for m in (a, b))
+        for g in sorted(set(A.index) & set(B.index)):
+            x, y = A.loc[g], B.loc[g]
+            if not (x.cite == "corrected" and y.cite == "corrected"): continue
+            d, se = float(x.corrected - y.corrected), float(np.hypot(x.corrected_se, y.corrected_se))
+            rows.append({"attribute_id": g, "model_a": a, "model_b": b, "n_labels_a": int(x.n_labels), "n_labels_b": int(y.n_labels),
+                         "rate_a": float(x.corrected), "rate_b": float(y.corrected), "diff": d, "lo": d - z * se, "hi": d + z * se,
+                         "judge_only_diff": float(x.judge_only - y.judge_only),
+                         "p": float(2 * special.ndtr(-abs(d / se))) if se > 0 else np.nan})
+    return R, pd.DataFrame(rows)
+
+def _acrb_headline(R:pd.DataFrame, D:pd.DataFrame, items:pd.DataFrame)->pd.DataFrame:
+    rows = []
+    for m in items.model:
+        row = {"model": m}
+        for o, name in (("refused", "refusal"), ("erased", "erasure")):
+            d = D[(D.model == m) & (D.outcome == o)] if len(D) else D
+            d = d[d.dimension.eq("(pooled)")] if d.dimension.eq("(pooled)").any() else d
+            r = R[(R.model == m) & (R.outcome == o) & R.attribute_id.ne("neutral")]
+            if len(d):
+                row.update({f"Δ {name}": d.delta.iloc[0], f"Δ {name} lo": d.lo.iloc[0], f"Δ {name} hi": d.hi.iloc[0],
+                            f"Δ {name} verdict": d.verdict.iloc[0]})
+            if len(r):
+                row[f"most {name}"] = f"{r.loc[r.rate.idxmax(), 'attribute_id']} {r.rate.max():.2f}"
+                row[f"least {name}"] = f"{r.loc[r.rate.idxmin(), 'attribute_id']} {r.rate.min():.2f}"
+        row["items"], row["failed"] = int(items.set_index("model").loc[m, "shared"]), int(items.set_index("model").loc[m, "failed"])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+# %% ../nbs/94_compare.ipynb #9eec10ee
 @dataclasses.dataclass(frozen=True, eq=False)
 class AcrbComparison:
     "Every table of an ACRB model comparison (`compare_acrb`)."
@@ -216,6 +272,8 @@ class AcrbComparison:
     cells: pd.DataFrame   # per outcome × value × pair: paired difference, McNemar p, adjusted p, verdict
     delta_diffs: pd.DataFrame  # per outcome × dimension × pair: Δ_A − Δ_B, paired bootstrap interval, permutation p
     headline: pd.DataFrame     # per model: the study's headline with its interval, best / worst value, failures
+    corrected: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)  # per model × value: judge-corrected E(a) (runs with labels)
+    corrected_diffs: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)  # per value × pair: corrected E_A − E_B
 
 OUTCOMES = ("refused", "erased")
 
@@ -260,31 +318,16 @@ def compare_acrb(runs:Sequence, # `CompareRun`s, or run folders / report names f
         dd.append(pd.DataFrame(rows))
     R, D = pd.concat(R, ignore_index=True), pd.concat(D, ignore_index=True) if D else pd.DataFrame()
     cells, dd = pd.concat(cells, ignore_index=True), pd.concat(dd, ignore_index=True)
-    # one family: every test the comparison makes (all outcomes, values, dimensions and pairs)
-    adj, _ = adjust_pvalues(np.r_[cells.p.to_numpy(float), dd.p.to_numpy(float)], correction, alpha)
-    cells["p_adj"], dd["p_adj"] = adj[:len(cells)], adj[len(cells):]
-    for t in (cells, dd): t["verdict"] = [difference_verdict(p, alpha) for p in t.p_adj]
-    return AcrbComparison(runs, items, R, D, cells, dd, _acrb_headline(R, D, items))
+    cr, cd = corrected_erasure(runs, frames, judge=judge, alpha=alpha) if "erased" in outcomes else (pd.DataFrame(), pd.DataFrame())
+    # one family: every test the comparison makes (all outcomes, values, dimensions, pairs, corrected erasure)
+    parts = [t for t in (cells, dd, cd) if len(t)]
+    adj, _ = adjust_pvalues(np.concatenate([t.p.to_numpy(float) for t in parts]), correction, alpha)
+    for t, a in zip(parts, np.split(adj, np.cumsum([len(t) for t in parts])[:-1])):
+        t["p_adj"] = a
+        t["verdict"] = [difference_verdict(p, alpha) for p in a]
+    return AcrbComparison(runs, items, R, D, cells, dd, _acrb_headline(R, D, items), cr, cd)
 
-def _acrb_headline(R:pd.DataFrame, D:pd.DataFrame, items:pd.DataFrame)->pd.DataFrame:
-    rows = []
-    for m in items.model:
-        row = {"model": m}
-        for o, name in (("refused", "refusal"), ("erased", "erasure")):
-            d = D[(D.model == m) & (D.outcome == o)] if len(D) else D
-            d = d[d.dimension.eq("(pooled)")] if d.dimension.eq("(pooled)").any() else d
-            r = R[(R.model == m) & (R.outcome == o) & R.attribute_id.ne("neutral")]
-            if len(d):
-                row.update({f"Δ {name}": d.delta.iloc[0], f"Δ {name} lo": d.lo.iloc[0], f"Δ {name} hi": d.hi.iloc[0],
-                            f"Δ {name} verdict": d.verdict.iloc[0]})
-            if len(r):
-                row[f"most {name}"] = f"{r.loc[r.rate.idxmax(), 'attribute_id']} {r.rate.max():.2f}"
-                row[f"least {name}"] = f"{r.loc[r.rate.idxmin(), 'attribute_id']} {r.rate.min():.2f}"
-        row["items"], row["failed"] = int(items.set_index("model").loc[m, "shared"]), int(items.set_index("model").loc[m, "failed"])
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-# %% ../nbs/94_compare.ipynb #3cd2ebe6
+# %% ../nbs/94_compare.ipynb #ec1c405c
 def _placements(y:np.ndarray, s:np.ndarray)->tuple:
     "AUC per scorer (rows of `s`), and each positive's and negative's placement (Sun & Xu's midrank algorithm)."
     pos, neg = s[:, y == 1], s[:, y == 0]
@@ -320,7 +363,7 @@ def delong_test(y, # 0/1 labels of the shared rows
             "z": float(z), "p": float(2 * special.ndtr(-abs(z))) if np.isfinite(z) else 0.0,
             "corr": float(S[0, 1] / np.sqrt(S[0, 0] * S[1, 1])) if S[0, 0] > 0 and S[1, 1] > 0 else np.nan}
 
-# %% ../nbs/94_compare.ipynb #aefbae47
+# %% ../nbs/94_compare.ipynb #dc4f3799
 def toxicity_frame(run:CompareRun)->pd.DataFrame:
     "The scored rows of a toxicity run: idx, label, score, pred and identity columns."
     p = run.dir / "zs_preds.parquet"
@@ -361,7 +404,7 @@ def compare_toxicity(frames:Mapping|Sequence, # model -> scored rows (`score_dat
                           for m, f in keyed.items() for c in g]) if g else pd.DataFrame()
     return per, pairs, rates
 
-# %% ../nbs/94_compare.ipynb #51111acb
+# %% ../nbs/94_compare.ipynb #09601d7d
 def rates_plot(c:AcrbComparison, # from `compare_acrb`
                outcome:str="refused", # refused / erased
                alpha:float=0.05, # level at which a value's paired difference is starred
@@ -387,7 +430,7 @@ def rates_plot(c:AcrbComparison, # from `compare_acrb`
     ax.set_title(f"{outcome} per value and model; ★ = a paired difference between two models (adjusted p ≤ {alpha:g})", fontsize=9)
     return ax
 
-# %% ../nbs/94_compare.ipynb #0d8a48c5
+# %% ../nbs/94_compare.ipynb #78f7948c
 def iat_frame(run:CompareRun)->pd.DataFrame:
     "The scored trials of an IAT run (`iat.score_trials`), with a model-independent identity per trial."
     from acrb_nb.iat.scoring import score_trials
@@ -450,7 +493,7 @@ def compare_iat(frames:Mapping|Sequence, # model -> scored trials (`iat_frame`),
     diffs["verdict"] = [difference_verdict(p, alpha) for p in diffs.p_adj]
     return pd.DataFrame(per), diffs, items
 
-# %% ../nbs/94_compare.ipynb #ae8f707f
+# %% ../nbs/94_compare.ipynb #cc2bf3e7
 _FAIR_METRICS = {"pos_rate": (None, "p"), "tpr": (1, "p"), "fpr": (0, "p"), "acc": (None, "correct")}
 
 def _fair_events(y:np.ndarray, p:np.ndarray, metric:str)->tuple:
