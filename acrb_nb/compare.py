@@ -377,10 +377,18 @@ def toxicity_frame(run:CompareRun)->pd.DataFrame:
         raise ValueError(f"{p} has no label/score columns: compare toxicity runs scored with gold labels (label_col)")
     return d
 
+_SCORER_COLS = {"idx", "pred", "score", "lp_pos", "lp_neg", "truncated", "label_missing", "refusal", "prob", "scored", "key",
+                "score_cc", "pred_cc", "label", "toxicity_human", "label_score"}
+
+def _identity_columns(f:pd.DataFrame)->list:
+    "The dataset's identity columns a scored table carries: numeric, within [0, 1], not the scorer's own."
+    return [c for c in f.columns if c not in _SCORER_COLS and not str(c).startswith("n_") and pd.api.types.is_numeric_dtype(f[c])
+            and not pd.api.types.is_bool_dtype(f[c]) and f[c].dropna().between(0, 1).all() and f[c].notna().any()]
+
 def compare_toxicity(frames:Mapping|Sequence, # model -> scored rows (`score_dataset(...).rows`), or `CompareRun`s / run folders
                      alpha:float=0.05, # family-wise level
                      correction:str="holm", # over the pairs
-                     groups:Sequence[str]=(), # identity columns (0/1) whose positive rate per model is shown
+                     groups:Sequence[str]|None=None, # identity columns (0/1 or fractions ≥ 0.5) per model; None: every one the rows carry
                     )->tuple:
     "(AUC per model with DeLong intervals, DeLong's test per pair with adjusted p, per-group positive rates) on the shared rows."
     if not isinstance(frames, Mapping):
@@ -402,10 +410,18 @@ def compare_toxicity(frames:Mapping|Sequence, # model -> scored rows (`score_dat
     per = pd.concat([pairs[["model_a", "auc_a", "auc_a_lo", "auc_a_hi"]].set_axis(["model", "auc", "lo", "hi"], axis=1),
                      pairs[["model_b", "auc_b", "auc_b_lo", "auc_b_hi"]].set_axis(["model", "auc", "lo", "hi"], axis=1)]
                     ).drop_duplicates("model").reset_index(drop=True).assign(n_rows=len(shared))
+    groups = _identity_columns(first) if groups is None else list(groups)
     g = [c for c in groups if all(c in f for f in keyed.values())]
-    rates = pd.DataFrame([{"model": m, "group": c, "n": int((f.loc[shared, c] > 0).sum()),
-                           "positive_rate": float(f.loc[shared][f.loc[shared, c] > 0].pred.mean())}
-                          for m, f in keyed.items() for c in g]) if g else pd.DataFrame()
+    rows_g = []
+    for m, f in keyed.items():
+        fs = f.loc[shared]
+        for c in g:
+            mem = fs[fs[c] >= 0.5]
+            if not len(mem): continue
+            pos, neg = mem[mem.label == 1], mem[mem.label == 0]
+            rows_g.append({"model": m, "group": c, "n": len(mem), "positive_rate": float(mem.pred.mean()),
+                           "tpr": float(pos.pred.mean()) if len(pos) else np.nan, "fpr": float(neg.pred.mean()) if len(neg) else np.nan})
+    rates = pd.DataFrame(rows_g)
     return per, pairs, rates
 
 # %% ../nbs/94_compare.ipynb #09601d7d
