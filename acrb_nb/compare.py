@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 from scipy import special, stats as sps
-from .stats.resample import as_generator, boot_additive, perm_pvalue, safe_ratio
+from .stats.resample import as_generator, boot_additive, perm_pvalue, safe_ratio, sum_by
 from .stats.rates import row_spread
 from .stats.tests import adjust_pvalues, mcnemar_test, paired_effects
 
@@ -178,9 +178,7 @@ def difference_verdict(p:float, # adjusted p-value of a difference between model
 def _sums(f:pd.DataFrame, outcome:str, ccode:Mapping, gcode:Mapping, C:int, G:int)->tuple:
     d = f[f.attribute_id.isin(gcode)].dropna(subset=[outcome])
     c, g = d.cluster.map(ccode).to_numpy(), d.attribute_id.map(gcode).to_numpy()
-    S = np.bincount(c * G + g, weights=d[outcome].to_numpy(float), minlength=C * G).reshape(C, G)
-    N = np.bincount(c * G + g, minlength=C * G).reshape(C, G).astype(float)
-    return S, N
+    return sum_by(c, g, d[outcome].to_numpy(float), C, G), sum_by(c, g, None, C, G)
 
 def delta_difference(fa:pd.DataFrame, # model A's items (`shared_items`)
                      fb:pd.DataFrame, # model B's items, the same base prompts
