@@ -36,6 +36,7 @@ class Execution(RunOptions):
     torch_threads:int|None=None # torch threads per worker (None: Ray's default, = num_cpus)
     max_restarts:int=4 # Ray restarts of a dead worker (each reloads the model)
     max_worker_deaths:int=3 # an item whose worker died this often is stored as failed ('worker_lost')
+    head_timeout:float=30 # seconds a Ray cluster's head may be unreachable before the run stops (it resumes later)
     budget:Any=dataclasses.field(default=None, hash=False) # API models' requests/min and concurrency (`Budget.of`; None: declared)
 
     def __post_init__(self):
@@ -47,6 +48,7 @@ class Execution(RunOptions):
         if self.num_cpus < 0 or self.num_gpus < 0:
             raise ValueError(f"num_cpus/num_gpus must be ≥ 0, got {self.num_cpus}, {self.num_gpus}")
         if self.num_cpus == 0 and self.num_gpus == 0: raise ValueError("a Ray worker needs num_cpus > 0 or num_gpus > 0")
+        if not self.head_timeout > 0: raise ValueError(f"head_timeout must be > 0 seconds, got {self.head_timeout!r}")
         for n in ("batch_size", "max_worker_deaths"):
             if int(getattr(self, n)) < 1: raise ValueError(f"{n} must be ≥ 1, got {getattr(self, n)}")
         RunOptions.__post_init__(self)  # max_workers, retry
@@ -333,7 +335,7 @@ def run(self:ModelSession, items:list, # work items
                    "counted_as": "api_requests" if api else "local_calls"}
     else:
         res = self._pool.run(items, self.store, key=key, options=ex, batch_size=ex.batch_size, seed=seed,
-                             max_worker_deaths=ex.max_worker_deaths, prepare=prepare, desc=desc,
+                             max_worker_deaths=ex.max_worker_deaths, head_timeout=ex.head_timeout, prepare=prepare, desc=desc,
                              count_as="local_calls")  # Ray runs local models only: API-bound stages stay on threads
         summary = {**res.summary, "placement": self.why, "counted_as": "local_calls"}
     return StageResult(res.rows, summary, self.info)

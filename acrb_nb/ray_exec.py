@@ -4,7 +4,7 @@
 
 # %% ../nbs/06_ray.ipynb #794527da
 from __future__ import annotations
-import collections, contextlib, gc, inspect, itertools, os, sys, threading, time, traceback, uuid
+import atexit, collections, contextlib, gc, inspect, itertools, os, socket, sys, threading, time, traceback, uuid
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from fastcore.basics import patch
 from fastcore.meta import delegates
@@ -13,7 +13,8 @@ from .store import ItemStore, Run
 from .runner import RetryPolicy, RunLedger, RunOptions, StageResult, call_with_retry
 
 # %% auto #0
-__all__ = ['ray_init', 'BlobSink', 'build_fn', 'generator_factory', 'RayWorkerPool', 'release_idle_workers', 'warm_workers']
+__all__ = ['ray_init', 'BlobSink', 'build_fn', 'generator_factory', 'RayWorkerPool', 'release_idle_workers', 'warm_workers',
+           'RayHeadLost', 'reachable', 'HeadWatch']
 
 # %% ../nbs/06_ray.ipynb #ac51f3eb
 _FORWARD_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "ACRB_PROGRESS")
@@ -136,7 +137,7 @@ class _Worker:
     "Ray actor body: holds one work function (built by `load`), runs batches, yielding one result per item."
     def __init__(self, fn_factory=None, # built now if given (in this process); a Ray actor gets its factory through `load`
                  index:int=0, torch_threads:int|None=None, batched:bool=False):
-        self.pid, self.index, self.batched = os.getpid(), index, batched
+        self.pid, self.index, self.batched, self._node = os.getpid(), index, batched, None
         self.sink, self.fn, self.init_error, self._gens, self.tag, self.load_seconds = BlobSink(), None, None, {}, None, 0.0
         if torch_threads:
             import torch
@@ -173,11 +174,19 @@ class _Worker:
         if self.tag != spec["tag"]: self.load(spec["factory"], spec["tag"])
         self.index, self.batched = spec["index"], spec["batched"]
 
+    def node(self)->str|None:
+        "The id of the Ray node this worker runs on (None outside Ray): stored with every item it computes."
+        if self._node is None:
+            ray = sys.modules.get("ray")
+            try: self._node = ray.get_runtime_context().get_node_id() if ray is not None and ray.is_initialized() else ""
+            except Exception: self._node = ""
+        return self._node or None
+
     def info(self)->dict:
         import ray
-        ctx = ray.get_runtime_context()
         return {"pid": self.pid, "index": self.index, "load_seconds": round(self.load_seconds, 3),
-                "init_error": self.init_error, "node_id": ctx.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
+                "init_error": self.init_error, "node_id": self.node(), "node_ip": ray.util.get_node_ip_address(),
+                "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
 
     def apply(self, f:Callable, spec:Mapping|None=None):
         self.ensure(spec)
@@ -200,7 +209,7 @@ def run_batch(self:_Worker, batch:list, retry:RetryPolicy, seed:int, blob_rel:st
         return
     for pos, item in batch:
         res = call_with_retry(lambda: self.fn(item), retry, gen)
-        res.update(pos=pos, **self.sink.take())
+        res.update(pos=pos, node=self.node(), **self.sink.take())
         yield res
 
 @patch
@@ -225,7 +234,7 @@ def _run_batched(self:_Worker, batch, retry, gen):
         else:
             res = call_with_retry(lambda: _one(self.fn, item), retry, gen,
                                   failed_once=out if isinstance(out, BaseException) else None)
-        res.update(pos=pos, **_merge_taken(shared, self.sink.take()))
+        res.update(pos=pos, node=self.node(), **_merge_taken(shared, self.sink.take()))
         shared = {"blobs": {}, "records": {}}
         yield res
 
@@ -325,6 +334,20 @@ def _shape(self:RayWorkerPool, ray)->tuple:
     return (ray.get_runtime_context().gcs_address, self.num_cpus, self.num_gpus, tuple(sorted(self.resources.items())),
             self.torch_threads, self.max_restarts, repr(sorted(self.actor_options.items())))
 
+def _first_ready(ray, refs:list, # `info()` calls of the new workers
+                 timeout:float, # seconds to wait for the first
+                )->dict:
+    """{position: info} of the workers ready with the first one or within as long again as it took (at least 2 s):
+    a worker that cannot be placed (its node was just lost) or loads slowly does not hold the others back."""
+    t0, pos = time.monotonic(), {r: i for i, r in enumerate(refs)}
+    ready, pending = ray.wait(refs, num_returns=1, timeout=timeout)
+    if not ready: return {}
+    deadline = time.monotonic() + max(2.0, time.monotonic() - t0)
+    while pending and (left := deadline - time.monotonic()) > 0:
+        more, pending = ray.wait(pending, num_returns=len(pending), timeout=left)
+        ready += more
+    return {pos[r]: ray.get(r) for r in ready}
+
 @patch
 def start(self:RayWorkerPool, timeout:float=600, # seconds to wait for every worker to be placed and load its model
          )->list:
@@ -340,13 +363,16 @@ def start(self:RayWorkerPool, timeout:float=600, # seconds to wait for every wor
     self.actors = kept + [cls.options(**opts).remote(None, i, self.torch_threads) for i in range(len(kept), n)]
     self._tag, self._ref = uuid.uuid4().hex, ray.put(self.fn_factory)
     for i, a in enumerate(self.actors): a.load.remote([self._ref], self._tag, i, self.batched)
-    try: self.infos = ray.get([a.info.remote() for a in self.actors], timeout=timeout)
-    except ray.exceptions.GetTimeoutError:
+    got = _first_ready(ray, [a.info.remote() for a in self.actors], timeout)
+    if not got:
         self.shutdown(keep=False)
         raise TimeoutError(f"Ray could not start {n} workers with {self.num_cpus} CPU / {self.num_gpus} GPU each "
                            f"within {timeout:.0f} s (free now: {ray.available_resources()}). Lower num_actors or the "
-                           f"per-worker resources, add nodes, or raise `timeout` for slow model downloads.") from None
-    errs = [i for i in self.infos if i["init_error"]]
+                           f"per-worker resources, add nodes, or raise `timeout` for slow model downloads.")
+    # workers that are ready come first (worker 0 answers `ask`); the others join the run when they are (`_DriverLoop`)
+    order = sorted(range(n), key=lambda i: i not in got)
+    self.actors, self.infos = [self.actors[i] for i in order], [got.get(i) for i in order]
+    errs = [i for i in self.infos if i is not None and i["init_error"]]
     if errs:
         self.shutdown(keep=False)
         raise RuntimeError(f"a Ray worker could not build its work function (fn_factory raised):\n{errs[0]['init_error']}\n"
@@ -395,15 +421,69 @@ def shutdown(self:RayWorkerPool, keep:bool|None=None, # keep the workers for a l
         shape = self._shape(ray)
         for a in self.actors: a.unload.remote()
         with _IDLE_LOCK:  # a worker restarted meanwhile has another pid: not adopted
-            _IDLE.extend((shape, a, inf["pid"]) for a, inf in zip(self.actors, self.infos))
+            _IDLE.extend((shape, a, inf["pid"]) for a, inf in zip(self.actors, self.infos) if inf)
+        _stop(ray, [a for a, inf in zip(self.actors, self.infos) if not inf])  # never started: not kept
     else: _stop(ray, self.actors)
     self.actors, self.infos, self.dirty = [], [], False
+
+# %% ../nbs/06_ray.ipynb #hw4d5e6f
+class RayHeadLost(RuntimeError):
+    "The Ray cluster's head (its GCS) stopped answering in the middle of a run."
+
+def reachable(address:str, # "host:port", e.g. a Ray cluster's GCS address
+              timeout:float=1.0, # seconds to wait for the connection
+             )->bool:
+    "Whether a TCP connection to `address` opens."
+    host, _, port = str(address).rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout): return True
+    except (OSError, ValueError): return False
+
+def _forget_cluster():
+    """Let a driver whose cluster head is gone report its error and exit: Ray's own ways out — the hook that sends an
+    uncaught error to the head, `ray.shutdown` at exit — wait for the dead head until Ray ends the process (60 s)."""
+    w = sys.modules.get("ray._private.worker")
+    if w is None: return
+    if hasattr(w, "shutdown"): atexit.unregister(w.shutdown)
+    if sys.excepthook is getattr(w, "custom_excepthook", None):
+        def hook(t, v, tb, show=w.normal_excepthook):  # a script stopped by the error: print it, exit with status 1
+            show(t, v, tb)
+            sys.stderr.flush()
+            os._exit(1)  # the interpreter's teardown would wait on, or crash in, the dead cluster's connection
+        sys.excepthook = hook
+
+class HeadWatch:
+    "Raises `RayHeadLost` once the head at `address` has been unreachable for `timeout` seconds (checked at most every `every` s)."
+    def __init__(self, address:str|None, # the cluster's GCS address (`ray.get_runtime_context().gcs_address`); None: no watch
+                 timeout:float=30.0, # seconds the head may be unreachable before the run stops
+                 every:float=1.0, # seconds between two checks
+                ):
+        self.address, self.timeout, self.every = address, float(timeout), float(every)
+        self.last, self.down_since = -float("inf"), None
+
+    def check(self, led:RunLedger|None=None, # the run's ledger, for the message (its store's path)
+             ):
+        "Look at the head if it is time to; raise `RayHeadLost` with what to do next when it has been gone too long."
+        now = time.monotonic()
+        if not self.address or now - self.last < self.every: return
+        self.last = now
+        if reachable(self.address):
+            self.down_since = None
+            return
+        self.down_since = now if self.down_since is None else self.down_since
+        if now - self.down_since < self.timeout: return
+        where = f" in {led.store.path}" if led is not None else ""
+        raise RayHeadLost(f"the Ray cluster's head at {self.address} has not answered for {now - self.down_since:.0f} s "
+                          f"(head_timeout={self.timeout:g}): the run stops here. Every item finished so far is stored"
+                          f"{where}; the items that were running are not, and are redone. Start the cluster again "
+                          f"(`ray start --head` on the head node, `ray start --address=...` on the others) or use "
+                          f"execution='local', and re-run the same call: it resumes without calling finished items again.")
 
 # %% ../nbs/06_ray.ipynb #c76461f6
 class _DriverLoop:
     "The driver's side of one `RayWorkerPool.run`: the queue of batches, the workers' slots, live batches and probes."
     def __init__(self, pool:RayWorkerPool, led:RunLedger, per_task:int, *, retry, seed, max_in_flight, max_worker_deaths,
-                 restart_timeout, prepare=None):
+                 restart_timeout, prepare=None, head_timeout=30.0):
         self.ray = _ray()
         self.LOST = _lost_errors(self.ray)
         self.pool, self.led, self.per_task, self.prepare = pool, led, per_task, prepare
@@ -411,11 +491,15 @@ class _DriverLoop:
         self.max_worker_deaths, self.restart_timeout = max_worker_deaths, restart_timeout
         self.blob_rel = _blob_rel(led.store)
         self.queue = collections.deque(led.todo[i:i + per_task] for i in range(0, len(led.todo), per_task))
-        self.slots = [{"actor": a, "pid": inf["pid"], "state": "ready", "n": 0, "epoch": 0, "probe": None, "probe_at": 0.0,
-                       "lost_at": 0.0, "lost": {}} for a, inf in zip(pool.actors, pool.infos)]
+        now = time.monotonic()  # a worker not ready when the pool started is probed until it is, then fed like the others
+        self.slots = [{"actor": a, "pid": inf and inf["pid"], "state": "ready" if inf else "probing", "n": 0, "epoch": 0,
+                       "probe": None, "probe_at": 0.0, "lost_at": now, "lost": {}} for a, inf in zip(pool.actors, pool.infos)]
         self.live, self.probes = {}, {}  # generator -> [slot, batch, received, epoch, seq]; probe -> slot
         self.deaths, self.seq = collections.Counter(), itertools.count()
-        self.extra = {"worker_deaths": 0, "actor_restarts": 0, "resubmitted_items": 0, "worker_lost": 0, "deaths": []}
+        self.extra = {"worker_deaths": 0, "actor_restarts": 0, "resubmitted_items": 0, "worker_lost": 0, "deaths": [],
+                      "nodes": {}}  # node id -> {"address", "items"}: where the items of this run were computed
+        self.node_ip = {inf.get("node_id"): inf.get("node_ip") for inf in pool.infos if inf}
+        self.head = HeadWatch(self.ray.get_runtime_context().gcs_address, head_timeout)
 
     def submit(self, si:int, batch:list):
         "Send a batch (item positions) to worker `si` as a streaming task."
@@ -499,8 +583,9 @@ def on_probe(self:_DriverLoop, w):
     if inf["init_error"]:
         raise RuntimeError(f"a restarted Ray worker could not rebuild its work function:\n{inf['init_error']}")
     if inf["pid"] != s["pid"]:
-        self.extra["actor_restarts"] += 1
+        self.extra["actor_restarts"] += s["pid"] is not None  # None: a worker that joined late, not a restart
         s["pid"] = inf["pid"]
+    self.node_ip.setdefault(inf.get("node_id"), inf.get("node_ip"))
     s["state"] = "ready"
 
 @patch
@@ -532,12 +617,16 @@ def on_result(self:_DriverLoop, w):
     for k, rec in res["records"].items():  # then the records under other keys: a done item never lacks them
         if have.get(k) != "done": st.put(k, rec)
     self.led.commit(p, res)
+    if res.get("node"):
+        n = self.extra["nodes"].setdefault(res["node"], {"address": self.node_ip.get(res["node"]), "items": 0})
+        n["items"] += 1
 
 @patch
 def run(self:_DriverLoop):
     "Feed the workers and store what streams back until every item is handled."
     while self.queue or self.live:
         self.feed()
+        self.head.check(self.led)
         waitables = list(self.live) + list(self.probes)
         if not waitables:
             time.sleep(0.05)
@@ -561,6 +650,7 @@ def run(self:RayWorkerPool, items:Iterable, # work items (JSON-like; dicts usual
         desc:str="items", # progress bar label
         prepare:Callable[[Any], Any]|None=None, # item -> what the worker gets, at submission (e.g. image bytes for other nodes)
         count_as:str|None=None, # "local_calls": the counter that splits `calls`, as in `run_items` (the execution layer passes it)
+        head_timeout:float=30, # seconds the cluster's head may be unreachable before the run stops (`HeadWatch`)
         **kwargs, # `RunOptions` fields over `options`
        )->StageResult:
     "Run the work function over `items` on the workers into `store`, resuming finished keys; one row per item, like `run_items`."
@@ -576,10 +666,15 @@ def run(self:RayWorkerPool, items:Iterable, # work items (JSON-like; dicts usual
             # at most batch_size items a task, fewer when there are few: each worker gets up to max_in_flight tasks at once
             per_task = max(1, min(int(batch_size), -(-len(led.todo) // (len(self.actors) * max_in_flight))))
             loop = _DriverLoop(self, led, per_task, retry=retry, seed=seed, max_in_flight=max_in_flight,
-                               max_worker_deaths=max_worker_deaths, restart_timeout=restart_timeout, prepare=prepare)
+                               max_worker_deaths=max_worker_deaths, restart_timeout=restart_timeout, prepare=prepare,
+                               head_timeout=head_timeout)
             self.dirty = True   # until the loop ends cleanly: a run stopped midway may leave batches running on the workers
-            loop.run()
+            try: loop.run()
+            except RayHeadLost:
+                self.actors, self.infos = [], []  # the cluster is gone: nothing left to stop or keep
+                _forget_cluster()
+                raise
             self.dirty = False
     extra = loop.extra if loop else {"worker_deaths": 0, "actor_restarts": 0, "resubmitted_items": 0, "worker_lost": 0,
-                                     "deaths": []}
+                                     "deaths": [], "nodes": {}}
     return led.result(executor="ray", actors=len(self.actors), batch_size=loop.per_task if loop else int(batch_size), **extra)

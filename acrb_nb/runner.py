@@ -340,7 +340,8 @@ def commit_result(st:ItemStore, # the store (the driver's, on Ray)
     if res.get("error_kind"):
         st.put(key, None, status="failed", outcome="failed", error=res["error"], error_kind=res["error_kind"], attempts=a,
                seconds=s, counters={"calls": a, **({count_as: a} if count_as else {}), "retries": r, "failures": 1,
-                                    **({"worker_lost": 1} if res["error_kind"] == "worker_lost" else {})})
+                                    **({"worker_lost": 1} if res["error_kind"] == "worker_lost" else {})},
+               node=res.get("node"))
         return dict(key=key, status="failed", outcome="failed", attempts=a, seconds=s, error=res["error"],
                     error_kind=res["error_kind"], cached=False), r
     rec = res["record"]
@@ -354,7 +355,7 @@ def commit_result(st:ItemStore, # the store (the driver's, on Ray)
     n = _model_calls(a, usage)
     ctr = {**{k: v for k, v in usage.items() if isinstance(v, (int, float)) and k not in ("calls", *COUNT_AS)},
            "calls": n, **({count_as: n} if count_as else {}), "retries": r, "refused": int(refused)}
-    st.put(key, rec, outcome=outcome, attempts=a, seconds=s, counters=ctr)
+    st.put(key, rec, outcome=outcome, attempts=a, seconds=s, counters=ctr, node=res.get("node"))  # node: a Ray worker's
     return dict(key=key, status="done", outcome=outcome, attempts=a, seconds=s, error=None, error_kind=None, cached=False), r
 
 # %% ../nbs/02_runner.ipynb #c09e3cfa

@@ -20,7 +20,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
   key TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('done','failed')), outcome TEXT,
   record TEXT, error TEXT, error_kind TEXT, attempts INTEGER NOT NULL DEFAULT 0,
-  seconds REAL, created REAL NOT NULL, updated REAL NOT NULL);
+  seconds REAL, created REAL NOT NULL, updated REAL NOT NULL, node TEXT);
 CREATE INDEX IF NOT EXISTS items_status ON items(status);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
@@ -43,11 +43,19 @@ class ItemStore:
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.execute("PRAGMA busy_timeout=60000")
             self._db.executescript(_SCHEMA)
+            self._add_node_column()
         except sqlite3.DatabaseError as e:
             raise ValueError(f"{self.path} is not a usable item store ({e}). If it is corrupt, move it aside and "
                              f"re-run: finished items will be recomputed.") from e
 
-    _COLS = "key,status,outcome,record,error,error_kind,attempts,seconds"
+    _COLS = "key,status,outcome,record,error,error_kind,attempts,seconds,node"
+
+    def _add_node_column(self):
+        "Stores written before the `node` column (where a Ray worker computed the item) gain it, empty."
+        if "node" in {r[1] for r in self._db.execute("PRAGMA table_info(items)")}: return
+        try: self._db.execute("ALTER TABLE items ADD COLUMN node TEXT")
+        except sqlite3.OperationalError as e:  # another process added it first
+            if "duplicate column" not in str(e): raise
 
     def close(self):
         with self._lock: self._db.close()
@@ -68,6 +76,7 @@ def put(self:ItemStore, key:str, # item key (see `core.item_key`)
         attempts:int=1, # calls made for this item in this attempt series
         seconds:float|None=None, # wall time spent on the item
         counters:Mapping|None=None, # counter increments committed atomically with the item
+        node:str|None=None, # the Ray node that computed it (None: this process)
        ):
     "Write one item durably (one transaction); a `done` item is never overwritten by a failure."
     if status not in ("done", "failed"): raise ValueError(f"status must be 'done' or 'failed', got {status!r}")
@@ -87,12 +96,12 @@ def put(self:ItemStore, key:str, # item key (see `core.item_key`)
                 self._db.execute("ROLLBACK")
                 return False
             self._db.execute(
-                "INSERT INTO items(key,status,outcome,record,error,error_kind,attempts,seconds,created,updated) "
-                "VALUES(?,?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET status=excluded.status, "
+                "INSERT INTO items(key,status,outcome,record,error,error_kind,attempts,seconds,created,updated,node) "
+                "VALUES(?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET status=excluded.status, "
                 "outcome=excluded.outcome, record=excluded.record, error=excluded.error, "
-                "error_kind=excluded.error_kind, attempts=items.attempts+excluded.attempts, "
+                "error_kind=excluded.error_kind, attempts=items.attempts+excluded.attempts, node=excluded.node, "
                 "seconds=excluded.seconds, updated=excluded.updated",
-                (key, status, outcome, rec, error, error_kind, int(attempts), seconds, now, now))
+                (key, status, outcome, rec, error, error_kind, int(attempts), seconds, now, now, node))
             for name, v in (counters or {}).items(): self._incr(name, v)
             self._db.execute("COMMIT")
         except BaseException:
@@ -148,7 +157,7 @@ def get_meta(self:ItemStore, k:str, # name
 def _row(self:ItemStore, r):
     return None if r is None else {"key": r[0], "status": r[1], "outcome": r[2],
                                    "record": None if r[3] is None else json.loads(r[3]), "error": r[4],
-                                   "error_kind": r[5], "attempts": r[6], "seconds": r[7]}
+                                   "error_kind": r[5], "attempts": r[6], "seconds": r[7], "node": r[8]}
 
 @patch
 def get(self:ItemStore, key:str, # item key

@@ -52,7 +52,10 @@ class Reliability:
         if area == "kill-resume":
             body = (f"{g('pipelines')} pipelines, {g('kills')} kills, {g('lost')} lost, {g('duplicated')} duplicated, "
                     f"{g('repeated_calls')} repeated calls for finished items, metrics identical {g('identical')}/{g('compared')}"
-                    + (f" (pipelines: {', '.join(sorted(f['pipelines']))})" if f.get("pipelines") else ""))
+                    + (f" (pipelines: {', '.join(sorted(f['pipelines']))})" if f.get("pipelines") else "")
+                    + (f"; Ray cluster: {g('nodes_killed')} nodes killed mid-run, {g('node_items_lost')} items lost, "
+                       f"{g('node_calls_repeated')} calls repeated; head killed {g('heads_killed')}×: stopped naming it, resumed locally"
+                       if f.get("nodes_killed") or f.get("heads_killed") else ""))
         elif area == "faults":
             body = (f"{g('calls')} calls ({', '.join(f'{k} {v}' for k, v in sorted(f.get('calls_by_api', {}).items()))}), "
                     f"{g('transient')} transient faults, {g('transient_as_refusal')} counted as refusals, "

@@ -1,9 +1,9 @@
-"""The ACRB audit (`run_acrb`, the `acrb.ipynb` report and the `acrb-report` CLI) with `execution="ray"` on a local
+"""The ACRB audit (`run_acrb`) with `execution="ray"` on a local
 2-CPU Ray: the same results as the local executor on tiny real models (tiny-sd generator + tiny-clip cue scorer),
-a Ray worker SIGKILLed in the middle of Stage II without losing or repeating a finished item, and the report
-rendered from the command line with `--execution ray`.
+and a Ray worker SIGKILLed in the middle of Stage II without losing or repeating a finished item. (The report from the
+command line with `--execution ray --ray-address` runs on a real two-node cluster in test_ray_cluster.py.)
 """
-import json, os, signal, subprocess, sys, threading, time
+import json, os, signal, threading, time
 from pathlib import Path
 
 import pandas as pd
@@ -153,30 +153,3 @@ def test_worker_killed_during_stage2_loses_only_its_item(tmp_path, local_ray, ti
     assert killed[0] not in ray_worker_pids()
     # same metrics as a clean run of the same spec on the local executor
     assert results(res)[0] == results(tiny_local)[0]
-
-
-@pytest.mark.slow
-def test_acrb_report_from_the_cli_on_ray(tmp_path, local_ray):
-    """`acrb-report acrb --execution ray --ray-address <cluster>` (papermill in a subprocess): the report's kernel joins
-    a running Ray cluster — the session's — as a second driver, runs its stages there and disconnects at the end
-    without stopping the cluster. (Starting a local Ray is `ray_init(None)`, which the session's own start runs.)"""
-    from acrb_nb.ray_exec import release_idle_workers
-    release_idle_workers()  # workers this session kept hold the cluster's 2 CPUs; the report's driver needs them
-    address = ray.get_runtime_context().gcs_address
-    script = Path(sys.executable).parent / "acrb-report"
-    cmd = [str(script), str(ROOT / "nbs" / "acrb.ipynb"), "-p", "model", "sim", "-p", "n_base_prompts", "3",
-           "-y", "attributes: [culture]", "-p", "n_boot", "100", "-p", "run_dir", str(tmp_path / "run"),
-           "--execution", "ray", "--ray-address", address, "--ray-num-actors", "2", "--ray-num-cpus", "1",
-           "--out", str(tmp_path / "reports")]
-    env = {**os.environ, "ACRB_PROGRESS": "0", "RAY_USAGE_STATS_ENABLED": "0"}
-    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=550)
-    assert p.returncode == 0, p.stdout + p.stderr
-    html = (tmp_path / "reports" / "acrb" / "sim.html").read_text()
-    assert "executor: stage2" in html and "ray × 2 workers" in html
-    man = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    ex = man["sessions"][-1]["execution"]
-    assert (ex["executor"], ex["num_actors"], ex["stages"]["judge"]["executor"]) == ("ray", 2, "ray")
-    nb = json.loads((tmp_path / "reports" / "acrb" / "sim.ipynb").read_text())
-    assert nb["metadata"]["papermill"]["parameters"]["execution"] == {"executor": "ray", "address": address, "num_actors": 2,
-                                                                       "num_cpus": 1.0}
-    assert ray.is_initialized() and ray.cluster_resources()["CPU"] == 2.0      # the cluster outlived the report's driver

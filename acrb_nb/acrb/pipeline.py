@@ -452,7 +452,7 @@ def run_acrb(model:str|AdapterRef="sim", # image generator (t2i) or editor (i2i)
     run = Run(spec, run_dir=run_dir)
     stages = {}  # where each model stage ran this session (manifest): the keys, and so the results, do not depend on it
     def note(stage, summary):
-        stages[stage] = {k: summary.get(k) for k in ("executor", "placement", "actors") if summary.get(k) is not None}
+        stages[stage] = {k: summary.get(k) for k in ("executor", "placement", "actors", "nodes") if summary.get(k)}
         run.note_session(execution={**execution.to_dict(), "stages": stages})
     try:
         run.note_session(execution=execution.to_dict())

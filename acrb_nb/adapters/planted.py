@@ -139,9 +139,10 @@ class PlantedACRB:
                  sha:str, # SHA-256 of the config's content
                  source:str, # where it was read from
                  item_correlation:float=1.0, # weight ρ of the item's own draw (1: draws depend on the item alone)
+                 seconds:float=0.0, # wall time each simulated image takes (image.seconds: rehearse a long run's progress, kills, resumes)
                 ):
         self.name, self.size, self.sha256, self.source = name, size, sha, source
-        self.item_correlation = float(item_correlation)
+        self.item_correlation, self.seconds = float(item_correlation), float(seconds)
         self.attributes = MappingProxyType(dict(attributes))  # id -> PlantedAttribute, "neutral" first
         self.domains = MappingProxyType(dict(domains))  # id -> PlantedDomain
         self.blank_kinds = MappingProxyType(dict(blank_kinds))
@@ -356,10 +357,11 @@ def _build_acrb(src)->PlantedACRB:
     bk = {k: check_number(v, f"{where}: blank_kinds.{k}", 0, None, "a weight") for k, v in bk.items()}
     if not sum(bk.values()) > 0: raise SimConfigError(f"{where}: blank_kinds weights must not all be 0")
     img = raw.get("image") or {}
-    _check_keys(img, {"size"}, f"{where}: image")
+    _check_keys(img, {"size", "seconds"}, f"{where}: image")
     size = int(check_number(img.get("size", 64), f"{where}: image.size", 32, 1024, "an image side in pixels"))
+    secs = check_number(img.get("seconds", 0.0), f"{where}: image.seconds", 0, 60, "seconds per image")
     rho = check_number(raw.get("item_correlation", 1.0), f"{where}: item_correlation", 0, 1, "a correlation in [0, 1]")
-    cfg = PlantedACRB(str(raw.get("name") or Path(where).stem), attrs, domains, bk, size, sha256_hex(raw), where, rho)
+    cfg = PlantedACRB(str(raw.get("name") or Path(where).stem), attrs, domains, bk, size, sha256_hex(raw), where, rho, secs)
     for aid in cfg.attributes:  # every attribute x domain must stay a probability distribution
         for d in (None, *cfg.domains):
             r = cfg.rates(aid, d)

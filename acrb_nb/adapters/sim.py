@@ -4,7 +4,7 @@
 
 # %% ../../nbs/05e_adapters.sim.ipynb #67ec80b3
 from __future__ import annotations
-import json, math, os, re, struct, zlib
+import json, math, os, re, struct, time, zlib
 from typing import Mapping, Sequence
 import numpy as np
 from fastcore.basics import patch
@@ -243,6 +243,7 @@ class SimImageGenerator(ImageGenerator):
             truth = {"event": "profile", "kind": "profile", "profile": profile, "config_sha256": self.iat.sha256}
             return _outcome(truth, img, seed, self.size, "t2i")
         truth = _plant(self.config, "t2i", key, seed, prompt, attribute, domain)
+        if self.config.seconds: time.sleep(self.config.seconds)  # a config's image.seconds: the time a real generator takes
         return _outcome(truth, self._draw(truth, rng(seed, "sim", "t2i.pixels", key), "t2i"), seed, self.size, "t2i")
 
     def _draw(self, truth:dict, g:np.random.Generator, mode:str, base=None, source=None):
@@ -288,6 +289,7 @@ class SimImageEditor(ImageEditor):
         src = load_image(image)
         key = sha256_hex({"instruction": instruction, "source_png_sha256": sha256_hex(image_to_png(src))})
         truth = _plant(self.config, "i2i", key, seed, instruction, attribute, domain)
+        if self.config.seconds: time.sleep(self.config.seconds)
         sp = decode_payload(src)
         source = "foreign" if sp is None else (sp.get("a") or sp.get("k"))
         truth["source"] = source

@@ -453,7 +453,7 @@ def _score_texts(session:ModelSession, # the model's session: its `execution` sa
         summary.update(batches=len(items), failed_batches=int(failed.sum()),
                        errors=res.rows.loc[failed, "error"].dropna().unique().tolist()[:3],
                        **{k: v for k, v in res.summary.items()
-                          if k in ("worker_deaths", "actor_restarts", "resubmitted_items", "worker_lost")})
+                          if k in ("worker_deaths", "actor_restarts", "resubmitted_items", "worker_lost", "nodes")})
     got = {e["key"]: e["record"] for e in store.entries(status="done", keys=uniq)}
     return [got.get(k) for k in keys], summary
 

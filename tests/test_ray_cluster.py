@@ -1,0 +1,198 @@
+"""A real Ray cluster, the way a user with several machines runs one: a head started with `ray start --head` and a
+second node with `ray start --address=<head>`, separate processes with one CPU each (tests/ray_cluster.py). The work
+goes to it through the public parameter — `execution={"executor": "ray", "address": <head>}` in a driver process
+(tests/cluster_driver.py) and `--ray-address` on the CLI — and:
+
+- an ACRB audit (the `sim` generator and judge) and toxicity scoring (tiny GPT-2) land on both nodes (each item's node
+  is stored with it and counted per stage in the manifest) with results identical to `execution="local"`;
+- **node loss**: the second node's raylet and workers are SIGKILLed while items are in flight, once under an ACRB
+  audit and once under a pool whose workers call a loopback OpenAI server: each run finishes on the head node, no
+  finished item is lost or recomputed (the server's log: no finished prompt requested twice) and the metrics equal
+  the local run's;
+- **head loss**: the run stops with an error that names the head's address; the same call with `execution="local"`
+  resumes from the store and computes only what was not stored.
+
+The simulated generator takes `image.seconds` per image (a config of this test), so that a kill lands mid-run.
+"""
+import json, os, subprocess, sys, time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from acrb_nb.store import ItemStore
+from acrb_nb.acrb.pipeline import run_acrb, model_ref
+from acrb_nb.testing import FakeOpenAI
+from ray_cluster import LocalCluster
+from cluster_driver import TEXTS
+
+AREA = "kill-resume"
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+ROOT = Path(__file__).resolve().parents[1]
+DRIVER = Path(__file__).resolve().parent / "cluster_driver.py"
+KEY = "sk-cluster-test-0123456789"  # the nodes' OPENAI_API_KEY (a fake key for the loopback server)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(nodes=2, env={"OPENAI_API_KEY": KEY, "ACRB_PROGRESS": "0"}) as c: yield c
+
+
+@pytest.fixture(scope="module")
+def slow_config(tmp_path_factory):
+    "The shipped planted rates, each simulated image taking 0.15 s."
+    p = tmp_path_factory.mktemp("cfg") / "slow.yaml"
+    p.write_text("extends: planted_acrb.yaml\nimage:\n  size: 64\n  seconds: 0.15\n")
+    return p
+
+
+@pytest.fixture(scope="module")
+def local_audit(tmp_path_factory, slow_config):
+    "What the node-loss and head-loss audits must equal: the same spec on the local executor (4 threads)."
+    return run_acrb(model_ref("sim", "t2i", config=slow_config), attributes=["culture"], n_base_prompts=4,
+                    analysis={"n_boot": 100}, run_dir=tmp_path_factory.mktemp("local") / "run", execution={"max_workers": 4})
+
+
+def summary(res):
+    return {k: v for k, v in res.summary.items() if k not in ("run_id", "timestamp")}
+
+
+def stored(d) -> dict:
+    "key -> (status, outcome, record) of a run folder's store."
+    return {e["key"]: (e["status"], e["outcome"], e["record"]) for e in ItemStore(Path(d) / "items.sqlite").entries()}
+
+
+def canon(x) -> str:
+    "A summary as JSON text (NaN compares equal to NaN there)."
+    return json.dumps(x, sort_keys=True, default=str)
+
+
+def driver(cluster, *args):
+    "Start the driver process (`cluster_driver.py <args>`) with the cluster's environment."
+    return subprocess.Popen([sys.executable, str(DRIVER), *map(str, args)], env=cluster.env, cwd=str(ROOT),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def result(p, timeout=240) -> dict:
+    out, err = p.communicate(timeout=timeout)
+    assert p.returncode == 0, (out + err)[-4000:]
+    line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1]  # Ray may print a lost node's logs after it
+    return json.loads(line.removeprefix("RESULT "))
+
+
+def wait_done(store_path, n, p, timeout=120):
+    "Block until the store holds `n` finished items (the driver must still be running)."
+    t0 = time.time()
+    while not Path(store_path).exists() or ItemStore(store_path).counts()["done"] < n:
+        assert p.poll() is None, p.communicate()
+        assert time.time() - t0 < timeout, "the run did not reach the kill point"
+        time.sleep(0.05)
+    return ItemStore(store_path).counts()["done"]
+
+
+def test_audit_and_scoring_on_two_nodes_equal_local(cluster, tmp_path, slow_config):
+    """The ACRB report from the CLI with `--ray-address`, and toxicity scoring from a driver script: both nodes computed
+    items, and every stored record and metric equals the local executor's."""
+    tox = driver(cluster, "toxicity", cluster.address, tmp_path / "tox")   # runs while the report renders
+    cmd = [str(Path(sys.executable).parent / "acrb-report"), "acrb", "-p", "model", "sim", "-p", "sim_config_file",
+           str(slow_config), "-p", "n_base_prompts", "3", "-y", "attributes: [culture]", "-p", "n_boot", "100",
+           "-p", "run_dir", str(tmp_path / "run"), "--execution", "ray", "--ray-address", cluster.address, "--ray-num-actors", "2",
+           "--ray-batch-size", "2", "--nbs", str(ROOT / "nbs"), "--out", str(tmp_path / "reports")]
+    p = subprocess.run(cmd, cwd=tmp_path, env=cluster.env, capture_output=True, text=True, timeout=280)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    assert all(n.alive for n in cluster.nodes)                     # the report's driver left; the cluster runs on
+    nb = json.loads((tmp_path / "reports" / "acrb" / "sim.ipynb").read_text())
+    assert nb["metadata"]["papermill"]["parameters"]["execution"] == {"executor": "ray", "address": cluster.address,
+                                                                       "num_actors": 2, "batch_size": 2}
+    man = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    ex = man["sessions"][-1]["execution"]
+    assert (ex["executor"], ex["address"]) == ("ray", cluster.address)
+    for stage in ("stage2", "judge"):
+        nodes = ex["stages"][stage]["nodes"]
+        assert len(nodes) == 2 and all(n["items"] > 0 for n in nodes.values()), ex["stages"]
+    items = ItemStore(tmp_path / "run" / "items.sqlite").entries()
+    assert {e["node"] for e in items} == set(ex["stages"]["stage2"]["nodes"])   # each item's node, stored with it
+    html = (tmp_path / "reports" / "acrb" / "sim.html").read_text()
+    assert "ray × 2 workers on 2 nodes" in html and all(f"items computed on node {n[:8]}" in html for n in ex["stages"]["stage2"]["nodes"])
+    # the same spec on the local executor: the same records and metrics; it resumes the cluster's folder with no call
+    kw = dict(attributes=["culture"], n_base_prompts=3, judge="sim,clip:sim", analysis={"n_boot": 100})  # the report's judges
+    loc = run_acrb(model_ref("sim", "t2i", config=slow_config), run_dir=tmp_path / "local", execution={"max_workers": 4}, **kw)
+    assert stored(tmp_path / "run") == stored(tmp_path / "local")
+    again = run_acrb(model_ref("sim", "t2i", config=slow_config), run_dir=tmp_path / "run", **kw)
+    assert again.run.store.counters()["calls"] == loc.run.store.counters()["calls"] and summary(again) == summary(loc)
+    # toxicity scoring: rows on both nodes, scores bit-identical to the local executor's (one torch thread on both sides)
+    ray_tox = result(tox)
+    import torch
+    from acrb_nb.toxicity.zeroshot import score_dataset
+    from acrb_nb.toxicity.options import ScoreOptions
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        df = pd.DataFrame({"text": TEXTS, "label": [i % 2 for i in range(len(TEXTS))]})
+        loc_tox = score_dataset(df, "tiny-gpt2", label_col="label", score_options=ScoreOptions(batch_size=4), run=tmp_path / "tox-local")
+    finally: torch.set_num_threads(n)
+    assert ray_tox["summary"]["executor"] == "ray" and len(ray_tox["summary"]["nodes"]) == 2, ray_tox["summary"]
+    assert ray_tox["scores"] == loc_tox.rows["score"].tolist()
+    assert stored(tmp_path / "tox") == stored(tmp_path / "tox-local")
+
+
+def test_node_lost_mid_run_loses_nothing(cluster, tmp_path, slow_config, local_audit, reliability):
+    """The second node is SIGKILLed (raylet and workers, by pid) while it computes: the ACRB audit finishes on the head
+    node with the local run's metrics, every item stored once; then again under a pool calling a loopback OpenAI
+    server: the server never saw a finished item's prompt twice."""
+    run_dir = tmp_path / "audit"
+    p = driver(cluster, "acrb", cluster.address, run_dir, slow_config, 4)
+    before = wait_done(run_dir / "items.sqlite", 6, p)
+    killed = cluster.nodes[1].kill()
+    assert killed, "no process of the second node found"
+    res = result(p)
+    assert canon(res) == canon(summary(local_audit))                            # the metrics equal the local run's
+    assert stored(run_dir) == stored(local_audit.run.dir)
+    entries = ItemStore(run_dir / "items.sqlite").entries()
+    assert {e["attempts"] for e in entries} == {1}                              # no finished item recomputed
+    man = json.loads((run_dir / "manifest.json").read_text())
+    assert len(man["sessions"][-1]["execution"]["stages"]["stage2"]["nodes"]) == 2  # both nodes worked before the loss
+    lost_audit = len(stored(local_audit.run.dir)) - len(entries)
+
+    # a loopback API behind the workers: what a lost node costs in paid calls
+    cluster.add_node()
+    cluster.wait_cpus(2)
+    with FakeOpenAI(latency=0.25) as srv:
+        store = tmp_path / "pool" / "items.sqlite"
+        p = driver(cluster, "pool", cluster.address, store, srv.base_url, 24)
+        wait_done(store, 6, p)
+        cluster.nodes[-1].kill()
+        done_at_kill = {e["record"]["prompt"] for e in ItemStore(store).entries(status="done")}
+        res = result(p)
+        calls = srv.count_by_prompt()
+    assert res["done"] == 24 and res["failed"] == 0 and res["worker_deaths"] >= 1, res
+    assert len(res["nodes"]) == 2, res                                          # both nodes had worked
+    repeated = [q for q in done_at_kill if calls.get(q, 0) != 1]
+    assert not repeated, repeated                                               # no finished item's call repeated
+    assert set(calls) == {e["record"]["prompt"] for e in ItemStore(store).entries(status="done")}
+    reliability.add("kill-resume", nodes_killed=2, node_items_lost=lost_audit + 24 - res["done"],
+                    node_calls_repeated=len(repeated) + sum(e["attempts"] - 1 for e in entries), node_items=before)
+
+
+def test_head_lost_stops_naming_the_address_then_resumes(cluster, tmp_path, slow_config, local_audit, reliability):
+    """The head (its GCS, raylet, agents) is SIGKILLed mid-run: the driver stops with an error naming the head's address
+    and saying how to resume; the same call on the local executor computes only the items not stored, and the metrics
+    equal a clean local run's."""
+    run_dir = tmp_path / "audit"
+    p = driver(cluster, "acrb", cluster.address, run_dir, slow_config, 4, 3)   # head_timeout 3 s
+    wait_done(run_dir / "items.sqlite", 6, p)
+    cluster.nodes[0].kill()
+    out, err = p.communicate(timeout=120)
+    assert p.returncode != 0, out[-2000:]
+    assert f"head at {cluster.address} has not answered" in err and "re-run the same call" in err, err[-3000:]
+    have = ItemStore(run_dir / "items.sqlite").counts()["done"]
+    again = run_acrb(model_ref("sim", "t2i", config=slow_config), attributes=["culture"], n_base_prompts=4,
+                     analysis={"n_boot": 100}, run_dir=run_dir, execution={"max_workers": 4})
+    assert summary(again) == summary(local_audit)
+    assert stored(run_dir) == stored(local_audit.run.dir)
+    assert {e["attempts"] for e in ItemStore(run_dir / "items.sqlite").entries()} == {1}   # 0 repeated calls
+    assert again.run.store.counters()["calls"] == local_audit.run.store.counters()["calls"]
+    reliability.add("kill-resume", heads_killed=1, node_items=have,
+                    node_calls_repeated=sum(e["attempts"] - 1 for e in ItemStore(run_dir / "items.sqlite").entries()))
