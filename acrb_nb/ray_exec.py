@@ -337,12 +337,12 @@ def _shape(self:RayWorkerPool, ray)->tuple:
 def _first_ready(ray, refs:list, # `info()` calls of the new workers
                  timeout:float, # seconds to wait for the first
                 )->dict:
-    """{position: info} of the workers ready with the first one or within as long again as it took (at least 2 s):
+    """{position: info} of the workers ready with the first one or within as long again as it took (at least 10 s):
     a worker that cannot be placed (its node was just lost) or loads slowly does not hold the others back."""
     t0, pos = time.monotonic(), {r: i for i, r in enumerate(refs)}
     ready, pending = ray.wait(refs, num_returns=1, timeout=timeout)
     if not ready: return {}
-    deadline = time.monotonic() + max(2.0, time.monotonic() - t0)
+    deadline = time.monotonic() + max(10.0, time.monotonic() - t0)
     while pending and (left := deadline - time.monotonic()) > 0:
         more, pending = ray.wait(pending, num_returns=len(pending), timeout=left)
         ready += more
