@@ -45,7 +45,7 @@ nbtest: install
 	  $(BIN)/nbdev_test --flags slow --n_workers $(NB_WORKERS) --timing
 
 pytest: install
-	$(BIN)/pytest tests/ -n $(PYTEST_WORKERS) --dist loadgroup --durations=15
+	$(BIN)/pytest tests/ -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 
 test: sync-check nbtest pytest
 

@@ -2,6 +2,7 @@
 node, run as its own process so that the test can kill the cluster's nodes under it.
 
     python tests/cluster_driver.py acrb ADDRESS RUN_DIR CONFIG N_BASE_PROMPTS [HEAD_TIMEOUT]
+    python tests/cluster_driver.py acrb-api ADDRESS RUN_DIR      (gpt-image-1 at OPENAI_BASE_URL, the sim judge)
     python tests/cluster_driver.py toxicity ADDRESS RUN_DIR
     python tests/cluster_driver.py pool ADDRESS STORE BASE_URL N_ITEMS
 
@@ -28,6 +29,14 @@ def acrb(address, run_dir, config, n_base, head_timeout="30"):
     return {k: v for k, v in res.summary.items() if k not in ("run_id", "timestamp")}
 
 
+def acrb_api(address, run_dir):
+    "An API generator (its stage stays on the driver's threads) with a local judge (on the cluster's workers)."
+    from acrb_nb.acrb.pipeline import run_acrb
+    res = run_acrb("gpt-image-1", attributes=["gender"], n_base_prompts=2, judge="sim", analysis={"n_boot": 100},
+                   run_dir=run_dir, execution=ray_execution(address))
+    return {k: v for k, v in res.summary.items() if k not in ("run_id", "timestamp")}
+
+
 def toxicity(address, run_dir):
     import pandas as pd
     from acrb_nb.toxicity.zeroshot import score_dataset
@@ -50,5 +59,5 @@ def pool(address, store, base_url, n):
 
 if __name__ == "__main__":
     mode, *args = sys.argv[1:]
-    out = {"acrb": acrb, "toxicity": toxicity, "pool": pool}[mode](*args)
+    out = {"acrb": acrb, "acrb-api": acrb_api, "toxicity": toxicity, "pool": pool}[mode](*args)
     print("RESULT " + json.dumps(out, default=str), flush=True)

@@ -4,7 +4,9 @@ goes to it through the public parameter — `execution={"executor": "ray", "addr
 (tests/cluster_driver.py) and `--ray-address` on the CLI — and:
 
 - an ACRB audit (the `sim` generator and judge) and toxicity scoring (tiny GPT-2) land on both nodes (each item's node
-  is stored with it and counted per stage in the manifest) with results identical to `execution="local"`;
+  is stored with it and counted per stage in the manifest) with results identical to `execution="local"`; an ACRB
+  audit of an API generator (gpt-image-1 on a loopback OpenAI server) keeps its requests on the driver's threads (one
+  per image) and sends its judge to the workers, with the local run's records;
 - **node loss**: the second node's raylet and workers are SIGKILLed while items are in flight, once under an ACRB
   audit and once under a pool whose workers call a loopback OpenAI server: each run finishes on the head node, no
   finished item is lost or recomputed (the server's log: no finished prompt requested twice) and the metrics equal
@@ -69,9 +71,16 @@ def canon(x) -> str:
     return json.dumps(x, sort_keys=True, default=str)
 
 
-def driver(cluster, *args):
+def sim_picture(prompt, size, inputs):
+    "What the fake image API draws: the sim generator's image of the prompt (the sim judge reads its planted cue)."
+    from acrb_nb.adapters.sim import SimImageGenerator
+    from acrb_nb.testing.content import default_image
+    return SimImageGenerator(size=64).generate(prompt.split("\n#")[0], seed=0).image or default_image(prompt, size, inputs)
+
+
+def driver(cluster, *args, env=None):
     "Start the driver process (`cluster_driver.py <args>`) with the cluster's environment."
-    return subprocess.Popen([sys.executable, str(DRIVER), *map(str, args)], env=cluster.env, cwd=str(ROOT),
+    return subprocess.Popen([sys.executable, str(DRIVER), *map(str, args)], env={**cluster.env, **(env or {})}, cwd=str(ROOT),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -93,9 +102,8 @@ def wait_done(store_path, n, p, timeout=120):
 
 
 def test_audit_and_scoring_on_two_nodes_equal_local(cluster, tmp_path, slow_config):
-    """The ACRB report from the CLI with `--ray-address`, and toxicity scoring from a driver script: both nodes computed
-    items, and every stored record and metric equals the local executor's."""
-    tox = driver(cluster, "toxicity", cluster.address, tmp_path / "tox")   # runs while the report renders
+    """The ACRB report from the CLI with `--ray-address`, then toxicity scoring and an API generator's audit from driver
+    scripts: both nodes computed items, and every stored record and metric equals the local executor's."""
     cmd = [str(Path(sys.executable).parent / "acrb-report"), "acrb", "-p", "model", "sim", "-p", "sim_config_file",
            str(slow_config), "-p", "n_base_prompts", "3", "-y", "attributes: [culture]", "-p", "n_boot", "100",
            "-p", "run_dir", str(tmp_path / "run"), "--execution", "ray", "--ray-address", cluster.address, "--ray-num-actors", "2",
@@ -116,6 +124,8 @@ def test_audit_and_scoring_on_two_nodes_equal_local(cluster, tmp_path, slow_conf
     assert {e["node"] for e in items} == set(ex["stages"]["stage2"]["nodes"])   # each item's node, stored with it
     html = (tmp_path / "reports" / "acrb" / "sim.html").read_text()
     assert "ray × 2 workers on 2 nodes" in html and all(f"items computed on node {n[:8]}" in html for n in ex["stages"]["stage2"]["nodes"])
+    # one driver at a time (two would share the cluster's 2 CPUs: each could get one node); the local runs meanwhile
+    tox = driver(cluster, "toxicity", cluster.address, tmp_path / "tox")
     # the same spec on the local executor: the same records and metrics; it resumes the cluster's folder with no call
     kw = dict(attributes=["culture"], n_base_prompts=3, judge="sim,clip:sim", analysis={"n_boot": 100})  # the report's judges
     loc = run_acrb(model_ref("sim", "t2i", config=slow_config), run_dir=tmp_path / "local", execution={"max_workers": 4}, **kw)
@@ -124,6 +134,8 @@ def test_audit_and_scoring_on_two_nodes_equal_local(cluster, tmp_path, slow_conf
     assert again.run.store.counters()["calls"] == loc.run.store.counters()["calls"] and summary(again) == summary(loc)
     # toxicity scoring: rows on both nodes, scores bit-identical to the local executor's (one torch thread on both sides)
     ray_tox = result(tox)
+    srv = FakeOpenAI(image_fn=sim_picture).start()
+    api = driver(cluster, "acrb-api", cluster.address, tmp_path / "api", env={"OPENAI_BASE_URL": srv.base_url})
     import torch
     from acrb_nb.toxicity.zeroshot import score_dataset
     from acrb_nb.toxicity.options import ScoreOptions
@@ -136,6 +148,25 @@ def test_audit_and_scoring_on_two_nodes_equal_local(cluster, tmp_path, slow_conf
     assert ray_tox["summary"]["executor"] == "ray" and len(ray_tox["summary"]["nodes"]) == 2, ray_tox["summary"]
     assert ray_tox["scores"] == loc_tox.rows["score"].tolist()
     assert stored(tmp_path / "tox") == stored(tmp_path / "tox-local")
+    # the API audit: generation on the driver's threads (one request per image), its judge on the cluster's workers
+    try:
+        api_summary = result(api)
+        calls = srv.count_by_prompt()
+        man = json.loads((tmp_path / "api" / "manifest.json").read_text())
+        st = man["sessions"][-1]["execution"]["stages"]
+        assert st["stage2"]["executor"] == "local" and "API-bound" in st["stage2"]["placement"], st
+        assert st["judge"]["executor"] == "ray" and st["judge"]["nodes"], st
+        assert calls and set(calls.values()) == {1}, calls                          # every image requested once
+        os.environ.update(OPENAI_BASE_URL=srv.base_url, OPENAI_API_KEY=KEY)
+        try: api_local = run_acrb("gpt-image-1", attributes=["gender"], n_base_prompts=2, judge="sim",
+                                  analysis={"n_boot": 100}, run_dir=tmp_path / "api-local")
+        finally:
+            for k in ("OPENAI_BASE_URL", "OPENAI_API_KEY"): os.environ.pop(k, None)
+        # the metrics and each item's outcome, image and verdict (an API response's own ids and timings differ per call)
+        assert canon(api_summary) == canon(summary(api_local))
+        what = lambda d: {k: (v[1], (v[2] or {}).get("image_sha256"), (v[2] or {}).get("cue")) for k, v in stored(d).items()}
+        assert what(tmp_path / "api") == what(tmp_path / "api-local")
+    finally: srv.stop()
 
 
 def test_node_lost_mid_run_loses_nothing(cluster, tmp_path, slow_config, local_audit, reliability):
