@@ -9,9 +9,8 @@ node, run as its own process so that the test can kill the cluster's nodes under
 The last line printed is `RESULT <json of the run's summary>`.
 """
 import json, os, sys
-os.environ.setdefault("ACRB_PROGRESS", "0")
 
-# the texts and batch size the local run of the test uses too
+# 24 texts of varied lengths: scored here on the cluster, and by the tests' local runs (test_ray_toxicity imports them)
 WORDS = ["you are", "I hate", "women are", "my muslim neighbours", "black people", "have a nice day", "gay people",
          "the jewish festival", "shut up", "thanks for", "the quick brown fox", "immigrants"]
 TEXTS = [f"{w} {' '.join(['very'] * (i % 5))} {i}" for i, w in enumerate(WORDS * 2)]
@@ -58,6 +57,7 @@ def pool(address, store, base_url, n):
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("ACRB_PROGRESS", "0")
     mode, *args = sys.argv[1:]
     out = {"acrb": acrb, "acrb-api": acrb_api, "toxicity": toxicity, "pool": pool}[mode](*args)
     print("RESULT " + json.dumps(out, default=str), flush=True)

@@ -16,14 +16,17 @@ from pathlib import Path
 RAY = Path(sys.executable).parent / "ray"
 
 
+def ppid(pid: int) -> int:
+    "The parent of process `pid`, from /proc (0 when it is gone)."
+    try: return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError): return 0
+
+
 def _children() -> dict:
     "pid -> child pids, from /proc."
     kids = {}
     for d in Path("/proc").iterdir():
-        if not d.name.isdigit(): continue
-        try: ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError): continue
-        kids.setdefault(ppid, []).append(int(d.name))
+        if d.name.isdigit(): kids.setdefault(ppid(int(d.name)), []).append(int(d.name))
     return kids
 
 

@@ -14,6 +14,7 @@ ray = pytest.importorskip("ray")
 from acrb_nb.store import ItemStore
 from acrb_nb.ray_exec import ray_init
 from acrb_nb.acrb.pipeline import run_acrb
+from ray_cluster import ppid
 
 pytestmark = pytest.mark.timeout(600)
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,11 +29,6 @@ def results(res):
     return s, res.stage3[cols].reset_index(drop=True)
 
 
-def _ppid(pid):
-    try: return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError): return 0
-
-
 def ray_worker_pids():
     """Process ids of live acrb_nb Ray workers of *this* process's local Ray (Ray names an actor's process
     `ray::_Worker...`; it is a child of the raylet, a child of this process). Another test process's Ray — a parallel
@@ -42,7 +38,7 @@ def ray_worker_pids():
         if not d.name.isdigit(): continue
         try: cmd = (d / "cmdline").read_bytes()
         except OSError: continue
-        if cmd.startswith(b"ray::_Worker") and _ppid(_ppid(int(d.name))) == me: pids.append(int(d.name))
+        if cmd.startswith(b"ray::_Worker") and ppid(ppid(int(d.name))) == me: pids.append(int(d.name))
     return sorted(pids)
 
 

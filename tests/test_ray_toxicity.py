@@ -21,14 +21,12 @@ from acrb_nb.execution import Execution
 from acrb_nb.toxicity.zeroshot import score_dataset
 from acrb_nb.toxicity.explain import explain_rows
 from acrb_nb.toxicity.options import ScoreOptions, IGOptions
+from cluster_driver import TEXTS  # 24 short texts of varied lengths, also scored on the two-node cluster
 
 pytestmark = [pytest.mark.usefixtures("local_ray"), pytest.mark.timeout(300)]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 RAY2 = Execution("ray", num_actors=2, torch_threads=1)
 RAY1 = Execution("ray", num_actors=1, torch_threads=1)  # resumes: one worker is enough to ask the model's fingerprint
-WORDS = ["you are", "I hate", "women are", "my muslim neighbours", "black people", "have a nice day", "gay people",
-         "the jewish festival", "shut up", "thanks for", "the quick brown fox", "immigrants"]
-TEXTS = [f"{w} {' '.join(['very'] * (i % 5))} {i}" for i, w in enumerate(WORDS * 2)]  # 24 texts of varied lengths
 B4 = ScoreOptions(batch_size=4)
 B4_NOCC = ScoreOptions(batch_size=4, contextual=False)  # the data rows only (no content-free rows)
 B2_NOCC = ScoreOptions(batch_size=2, contextual=False)
