@@ -558,7 +558,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", default="python3", help="Jupyter kernel name (default: python3)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines while a report runs")
     g = p.add_argument_group("scale-out", "where local models run: the `execution` parameter of the acrb, toxicity and "
-                             "iat templates; API models always run on threads")
+                             "iat templates (a --ray-* option alone selects ray); API models always run on threads")
     g.add_argument("--execution", type=_execution_arg, metavar="EXECUTION",
                    help="local (this process), ray (actors, one model per worker), or a mapping of Execution fields, "
                         "e.g. '{executor: ray, address: auto, num_gpus: 1}'")
@@ -579,17 +579,20 @@ def execution_parameters(params: Mapping[str, Any], # parameters so far (from -p
                          **ray, # --ray-* options: address, num_actors, num_cpus, num_gpus, batch_size (None: not given)
                         ) -> dict:
     """The templates' one `execution` parameter, built once from the CLI's options: --execution, then the --ray-*
-    options and --budget fill its dict, merged over `params`."""
+    options and --budget fill its dict, merged over `params`. A --ray-* option with no executor named anywhere selects
+    the Ray executor; with an executor other than ray named, it is an error."""
     out = dict(params)
     ray = {k: v for k, v in ray.items() if v is not None}
     if execution is not None: out["execution"] = execution
     extra = {**ray, **({"budget": budget} if budget is not None else {})}
     if extra:
-        base = out.get("execution", "local")
-        base = {"executor": base} if isinstance(base, str) else base
+        named = out.get("execution")   # the executor the user named (-p / -y / -f / --execution), if any
+        base = {"executor": named} if isinstance(named, str) else {} if named is None else named
         if not isinstance(base, Mapping): raise ParameterError(f"parameter execution must be local, ray or a mapping, got {base!r}")
-        if ray and base.get("executor", "local") != "ray":
-            raise ParameterError(f"--ray-* options ({', '.join(sorted(ray))}) need --execution ray")
+        if ray and base.get("executor", "ray") != "ray":
+            raise ParameterError(f"--ray-* options ({', '.join(sorted(ray))}) run on Ray, but the executor named is "
+                                 f"{base['executor']!r}: drop it or give --execution ray")
+        base = {"executor": "ray" if ray else "local", **base}
         out["execution"] = {**base, **extra}
     return out
 
