@@ -411,6 +411,22 @@ def _session_run(session:ModelSession, # the model's session
     "`session.run` of the batches under `ex`'s run options (the model stays where the session put it)."
     return session.run(items, key=_batch_key, desc=desc, options=ex)
 
+_PASS_COUNTS = ("worker_deaths", "actor_restarts", "resubmitted_items", "worker_lost")
+
+def _merge_passes(first:Mapping, # the summary of the first pass
+                  again:Mapping, # the summary of the second (`retry_failed`) pass
+                 )->dict:
+    "One summary of two passes: the first's settings, their counts added, the items per Ray node added up."
+    s = dict(first)
+    for k in _PASS_COUNTS:
+        if isinstance(again.get(k), int) and isinstance(s.get(k, 0), int): s[k] = s.get(k, 0) + again[k]
+    nodes = {n: dict(v) for n, v in (first.get("nodes") or {}).items()}
+    for n, v in (again.get("nodes") or {}).items():
+        got = nodes.setdefault(n, {"address": v.get("address"), "items": 0})
+        got["items"] += v.get("items", 0)
+    if nodes: s["nodes"] = nodes
+    return s
+
 def _batch_passes(session:ModelSession, # the model's session
                   items:list, # the batches
                   ex:Execution, # how they run; `retry_failed` adds the second pass
@@ -420,8 +436,7 @@ def _batch_passes(session:ModelSession, # the model's session
     res = _session_run(session, items, ex.replace(retry_failed=False), desc)
     if ex.retry_failed and (res.rows["status"] == "failed").any():  # batches stored as failed by an earlier run
         again = _session_run(session, items, ex, desc)
-        s = {k: v + again.summary.get(k, 0) for k, v in res.summary.items()
-             if isinstance(v, int) and k in ("worker_deaths", "actor_restarts", "resubmitted_items", "worker_lost")}
+        s = _merge_passes(res.summary, again.summary)
         rows = res.rows.set_index("key")
         rows.update(again.rows.set_index("key")[["status", "error"]])
         res = StageResult(rows.reset_index(), s, res.model_info)
@@ -453,7 +468,7 @@ def _score_texts(session:ModelSession, # the model's session: its `execution` sa
         summary.update(batches=len(items), failed_batches=int(failed.sum()),
                        errors=res.rows.loc[failed, "error"].dropna().unique().tolist()[:3],
                        **{k: v for k, v in res.summary.items()
-                          if k in ("worker_deaths", "actor_restarts", "resubmitted_items", "worker_lost", "nodes")})
+                          if k in _PASS_COUNTS + ("nodes",)})
     got = {e["key"]: e["record"] for e in store.entries(status="done", keys=uniq)}
     return [got.get(k) for k in keys], summary
 
