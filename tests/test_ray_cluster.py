@@ -16,7 +16,7 @@ goes to it through the public parameter — `execution={"executor": "ray", "addr
 
 The simulated generator takes `image.seconds` per image (a config of this test), so that a kill lands mid-run.
 """
-import json, os, subprocess, sys, time
+import json, subprocess, sys, time
 from pathlib import Path
 
 import pandas as pd
@@ -101,7 +101,7 @@ def wait_done(store_path, n, p, timeout=120):
     return ItemStore(store_path).counts()["done"]
 
 
-def test_audit_and_scoring_on_two_nodes_equal_local(cluster, tmp_path, slow_config):
+def test_audit_and_scoring_on_two_nodes_equal_local(cluster, tmp_path, slow_config, monkeypatch):
     """The ACRB report from the CLI with `--ray-address`, then toxicity scoring and an API generator's audit from driver
     scripts: both nodes computed items, and every stored record and metric equals the local executor's."""
     cmd = [str(Path(sys.executable).parent / "acrb-report"), "acrb", "-p", "model", "sim", "-p", "sim_config_file",
@@ -136,6 +136,14 @@ def test_audit_and_scoring_on_two_nodes_equal_local(cluster, tmp_path, slow_conf
     ray_tox = result(tox)
     srv = FakeOpenAI(image_fn=sim_picture).start()
     api = driver(cluster, "acrb-api", cluster.address, tmp_path / "api", env={"OPENAI_BASE_URL": srv.base_url})
+    try: _scoring_and_api_equal_local(tmp_path, ray_tox, api, srv, monkeypatch)
+    finally:
+        if api.poll() is None: api.kill()
+        srv.stop()
+
+
+def _scoring_and_api_equal_local(tmp_path, ray_tox, api, srv, monkeypatch):
+    "The toxicity driver's scores and the API driver's audit against the same specs on the local executor."
     import torch
     from acrb_nb.toxicity.zeroshot import score_dataset
     from acrb_nb.toxicity.options import ScoreOptions
@@ -149,24 +157,21 @@ def test_audit_and_scoring_on_two_nodes_equal_local(cluster, tmp_path, slow_conf
     assert ray_tox["scores"] == loc_tox.rows["score"].tolist()
     assert stored(tmp_path / "tox") == stored(tmp_path / "tox-local")
     # the API audit: generation on the driver's threads (one request per image), its judge on the cluster's workers
-    try:
-        api_summary = result(api)
-        calls = srv.count_by_prompt()
-        man = json.loads((tmp_path / "api" / "manifest.json").read_text())
-        st = man["sessions"][-1]["execution"]["stages"]
-        assert st["stage2"]["executor"] == "local" and "API-bound" in st["stage2"]["placement"], st
-        assert st["judge"]["executor"] == "ray" and st["judge"]["nodes"], st
-        assert calls and set(calls.values()) == {1}, calls                          # every image requested once
-        os.environ.update(OPENAI_BASE_URL=srv.base_url, OPENAI_API_KEY=KEY)
-        try: api_local = run_acrb("gpt-image-1", attributes=["gender"], n_base_prompts=2, judge="sim",
-                                  analysis={"n_boot": 100}, run_dir=tmp_path / "api-local")
-        finally:
-            for k in ("OPENAI_BASE_URL", "OPENAI_API_KEY"): os.environ.pop(k, None)
-        # the metrics and each item's outcome, image and verdict (an API response's own ids and timings differ per call)
-        assert canon(api_summary) == canon(summary(api_local))
-        what = lambda d: {k: (v[1], (v[2] or {}).get("image_sha256"), (v[2] or {}).get("cue")) for k, v in stored(d).items()}
-        assert what(tmp_path / "api") == what(tmp_path / "api-local")
-    finally: srv.stop()
+    api_summary = result(api)
+    calls = srv.count_by_prompt()
+    man = json.loads((tmp_path / "api" / "manifest.json").read_text())
+    st = man["sessions"][-1]["execution"]["stages"]
+    assert st["stage2"]["executor"] == "local" and "API-bound" in st["stage2"]["placement"], st
+    assert st["judge"]["executor"] == "ray" and st["judge"]["nodes"], st
+    assert calls and set(calls.values()) == {1}, calls                          # every image requested once
+    monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    api_local = run_acrb("gpt-image-1", attributes=["gender"], n_base_prompts=2, judge="sim", analysis={"n_boot": 100},
+                         run_dir=tmp_path / "api-local")
+    # the metrics and each item's outcome, image and verdict (an API response's own ids and timings differ per call)
+    assert canon(api_summary) == canon(summary(api_local))
+    what = lambda d: {k: (v[1], (v[2] or {}).get("image_sha256"), (v[2] or {}).get("cue")) for k, v in stored(d).items()}
+    assert what(tmp_path / "api") == what(tmp_path / "api-local")
 
 
 def test_node_lost_mid_run_loses_nothing(cluster, tmp_path, slow_config, local_audit, reliability):
