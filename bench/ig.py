@@ -61,7 +61,7 @@ def main(argv=None):
     texts, task = _report_rows(a.rows)
     enc = PromptEncoder(tok, task, chat=True, context=context_length(model))
     opts = {m: IGOptions(baseline=a.baseline, refinement=m) for m in ("adaptive", "doubling")}
-    print(f"model {a.model}: {len(texts)} rows, baseline {a.baseline}, start 17 points (adaptive) vs 16 steps (doubling), cap 128, "
+    print(f"model {a.model}: {len(texts)} rows, baseline {a.baseline}, start 9 points (adaptive) vs 16 steps (doubling), cap 128, "
           f"rel_tol 0.05, "
           f"threads {torch.get_num_threads()}", flush=True)
     recs, refs = [], []

@@ -268,7 +268,7 @@ def _simpson2(p:Mapping, a:Fraction, c:Fraction)->tuple:
 # %% ../../nbs/22_toxicity.explain.ipynb #fa6ff22a
 def adaptive_ig(fn:LabelMargin, # the row's margin function
                 baseline:Sequence[int], # baseline ids (see `baseline_inputs`)
-                *, n_steps:int=4, # points to start with: 4 per region (and the end), so 4 means one region, 5 points; 16: 4 regions
+                *, n_steps:int=4, # points to start with: 4 per region (and the end), so 4 means one region, 5 points
                 max_steps:int|None=128, # at most this many points (None: never refine)
                 rel_tol:float=0.05, # completeness tolerance relative to max(|f(x) − f(x')|, floor)
                 floor:float=1.0, # nats
@@ -290,9 +290,8 @@ def adaptive_ig(fn:LabelMargin, # the row's margin function
         if new:
             f, g = path_gradients(fn, xe, be, [float(v) for v in new], chunk=chunk, prefix=prefix)
             pts.update({v: (float(fv), gv) for v, fv, gv in zip(new, f, g)})
-    n0 = max(1, int(n_steps) // 4)   # regions graded toward the input: [0, 1/2], [1/2, 3/4], …, the last two equal
-    cuts = [Fraction(0)] + [1 - Fraction(1, 2 ** k) for k in range(1, n0)] + [Fraction(1)]
-    regions = list(zip(cuts[:-1], cuts[1:]))
+    n0 = max(1, int(n_steps) // 4)
+    regions = [(Fraction(k, n0), Fraction(k + 1, n0)) for k in range(n0)]
     add(regions)
     cap = max(len(pts), int(max_steps or 0) + 1)
     while True:
@@ -305,11 +304,13 @@ def adaptive_ig(fn:LabelMargin, # the row's margin function
         complete, room = abs(delta) <= limit, (cap - len(pts)) // 4   # each split adds 4 points
         accurate = token_rtol is None or tok.sum() <= float(token_rtol) * np.abs(attr).sum()
         if (complete and accurate) or room < 1: break
-        ind = np.abs(err) if not complete else tok   # where the error is: completeness first, then the tokens'
-        k = int(np.argmax(ind))   # the region with the largest error is halved (as QUADPACK's QAG does)
-        a, c = regions[k]
-        regions[k:k + 1] = [(a, (a + c) / 2), ((a + c) / 2, c)]
-        add(regions)   # 4 new points: the others are kept
+        ind = np.abs(err) if not complete else tok   # split where the error is: completeness first, then the tokens'
+        order = np.argsort(-ind, kind="stable")
+        share = np.cumsum(ind[order]) / max(ind.sum(), 1e-300)
+        split = set(order[:min(room, int(np.searchsorted(share, 0.5)) + 1)].tolist())
+        halves = lambda a, c: [(a, (a + c) / 2), ((a + c) / 2, c)]
+        regions = [h for k, r in enumerate(regions) for h in (halves(*r) if k in split else [r])]
+        add(regions)   # 4 new points per split region: the others are kept
     return {"attributions": attr, "f_x": fx, "f_baseline": fb, "delta": delta, "sum_attr": float(attr.sum()),
             "n_steps": len(pts), "regions": len(regions), "tol": limit, "converged": abs(delta) <= limit,
             "token_err": float(tok.sum() / max(np.abs(attr).sum(), 1e-300))}
