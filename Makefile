@@ -56,7 +56,7 @@ pytest: install bytecode
 
 test: sync-check nbtest pytest
 
-report: install
+report: install bytecode
 	$(BIN)/acrb-report --all --out reports
 
 readme: install
