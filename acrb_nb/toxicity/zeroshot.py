@@ -143,7 +143,7 @@ def label_logprobs(model, # a transformers causal LM
                    prefix_ids=None, # [P] ids every row starts with (run once, its cache shared; `method="cache"` only)
                    prefix_embeds=None, # or [1, P, d] embeddings every row starts with (with `inputs_embeds`)
                    prefix_cache=None, # or the prefix's KV cache from `prefix_kv` (copied, never changed: reusable)
-                   method:str="cache", # "cache": prompt pass + cached label pass; "full": prompt+label per label
+                   method:str="cache", # "cache": one pass with the label tokens (or a cached label pass); "full": prompt+label per label
                   ):
     "Teacher-forced log P(label_k | prompt_b) summed over label tokens, shape [B, K] (float32)."
     import torch
@@ -178,14 +178,35 @@ def label_logprobs(model, # a transformers causal LM
         cache = prefix_kv(model, prefix_ids=prefix_ids, prefix_embeds=prefix_embeds) if P else None
     if P: cache.batch_repeat_interleave(B)
     am = torch.cat([attention_mask.new_ones(B, P), attention_mask], 1)  # prefix + padded rest, as the model sees it
-    kw = {"position_ids": P + (attention_mask.cumsum(-1) - 1).clamp(min=0)} if pos_ok else {}
-    if keep_ok: kw["logits_to_keep"] = 1
+    pos = P + (attention_mask.cumsum(-1) - 1).clamp(min=0)
     src = {"inputs_embeds": inputs_embeds} if inputs_embeds is not None else {"input_ids": input_ids}
+    need = label_valid[:, :, 1:].any(-1) if L > 1 else label_valid[:, :, :0].any(-1)  # [B, K] pairs with tokens left
+    if bool(need.any()) and int(need.sum(-1).max()) == 1:
+        # one label per row has tokens left ("harmless" after "toxic"): they ride along after the prompt in the same
+        # pass, read at their own positions; rows without one feed a label whose positions are not read (causal: the
+        # prompt's last position does not see them)
+        r, k = torch.arange(B, device=dev), need.long().argmax(-1)
+        lab, ext = label_ids[r, k], label_ids[r, k, :-1]
+        src = ({"inputs_embeds": torch.cat([inputs_embeds, label_embeds(ext).to(inputs_embeds.dtype)], 1)}
+               if inputs_embeds is not None else {"input_ids": torch.cat([input_ids, ext], 1)})
+        kw = {"position_ids": torch.cat([pos, (P + attention_mask.sum(-1))[:, None] + torch.arange(L - 1, device=dev)], 1)} if pos_ok else {}
+        # the last L positions as indices (their copy is contiguous: one matrix product with the output weights,
+        # where a slice of 2+ positions makes torch repeat them per row)
+        if keep_ok: kw["logits_to_keep"] = torch.arange(attention_mask.shape[1] - 1, attention_mask.shape[1] + L - 1, device=dev)
+        logits = model(**src, attention_mask=torch.cat([am, am.new_ones(B, L - 1)], 1), past_key_values=cache,
+                       use_cache=P > 0, **kw).logits[:, -L:]
+        first = torch.log_softmax(logits[:, 0].float(), -1).gather(1, label_ids[:, :, 0])  # [B, K]
+        lp = torch.log_softmax(logits[:, 1:].float(), -1).gather(-1, lab[:, 1:, None]).squeeze(-1)  # [B, L - 1]
+        lp = torch.where(label_valid[r, k, 1:] & need[r, k][:, None], lp, torch.zeros_like(lp)).sum(-1)
+        total = torch.where(label_valid[:, :, 0], first, torch.zeros_like(first))
+        return total + torch.zeros_like(total).index_put((r, k), lp)
+    kw = {"position_ids": pos} if pos_ok else {}
+    if keep_ok: kw["logits_to_keep"] = 1
     out = model(**src, attention_mask=am, past_key_values=cache, use_cache=L > 1 or P > 0, **kw)
     first = torch.log_softmax(out.logits[:, -1].float(), -1).gather(1, label_ids[:, :, 0])  # [B, K]
     total = torch.where(label_valid[:, :, 0], first, torch.zeros_like(first))
-    need = label_valid[:, :, 1:].any(-1).reshape(B * K) if L > 1 else None  # (row, label) pairs with tokens left
-    if need is not None and bool(need.any()):
+    need = need.reshape(B * K)
+    if bool(need.any()):
         cache = out.past_key_values
         if cache is None or not hasattr(cache, "batch_select_indices"):
             raise RuntimeError("this model returned no repeatable KV cache; use method='full'")
