@@ -132,6 +132,28 @@ def prefix_kv(model, # a transformers causal LM
     return cache
 
 
+# %% ../../nbs/21_toxicity.zeroshot.ipynb #5e9f3b6a
+def _full_label_logprobs(model, attention_mask, label_ids, label_valid, *, input_ids=None, inputs_embeds=None,
+                         label_embeds=None)->"torch.Tensor":
+    "`label_logprobs(method='full')`: one sequence per (row, label), prompt (left-padded) + label tokens, logits for the label part only."
+    import torch
+    B, K, L = label_ids.shape
+    acc, dev = _accepts(model), attention_mask.device
+    lens, pos = attention_mask.sum(-1), (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    am = torch.cat([attention_mask.repeat_interleave(K, 0), attention_mask.new_ones(B * K, L - 1)], 1)
+    lin = label_ids.reshape(B * K, L)[:, :-1]
+    if inputs_embeds is not None:
+        fkw = {"inputs_embeds": torch.cat([inputs_embeds.repeat_interleave(K, 0), label_embeds(lin)], 1)}
+    else: fkw = {"input_ids": torch.cat([input_ids.repeat_interleave(K, 0), lin], 1)}
+    if "position_ids" in acc:
+        fkw["position_ids"] = torch.cat([pos.repeat_interleave(K, 0),
+                                         lens.repeat_interleave(K)[:, None] + torch.arange(L - 1, device=dev)], 1)
+    if "logits_to_keep" in acc: fkw["logits_to_keep"] = L
+    logits = model(**fkw, attention_mask=am, use_cache=False).logits[:, -L:]
+    lp = torch.log_softmax(logits.float(), -1).gather(-1, label_ids.reshape(B * K, L, 1)).reshape(B, K, L)
+    return torch.where(label_valid, lp, torch.zeros_like(lp)).sum(-1)
+
+
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #a08d9911
 def label_logprobs(model, # a transformers causal LM
                    attention_mask, # [B, T] long, left-padded prompts (after `prefix_ids`), 1 = token
@@ -146,8 +168,7 @@ def label_logprobs(model, # a transformers causal LM
                    method:str="cache", # "cache": one pass with the label tokens (or a cached label pass); "full": prompt+label per label
                   ):
     "Teacher-forced log P(label_k | prompt_b) summed over label tokens, shape [B, K] (float32)."
-    import torch
-    import copy
+    import copy, torch
     if method not in ("cache", "full"): raise ValueError(f"method must be 'cache' or 'full', got {method!r}")
     acc = _accepts(model)
     B, K, L = label_ids.shape
@@ -156,20 +177,8 @@ def label_logprobs(model, # a transformers causal LM
     if method == "full":
         if (prefix_ids is not None and len(prefix_ids)) or prefix_embeds is not None or prefix_cache is not None:
             raise ValueError("method='full' takes whole prompts; pass prefix_ids=None, prefix_embeds=None and prefix_cache=None")
-        # one sequence per (row, label): prompt (left-padded) + label tokens, logits for the label part only
-        lens, pos = attention_mask.sum(-1), (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        am = torch.cat([attention_mask.repeat_interleave(K, 0), attention_mask.new_ones(B * K, L - 1)], 1)
-        lin = label_ids.reshape(B * K, L)[:, :-1]
-        if inputs_embeds is not None:
-            fkw = {"inputs_embeds": torch.cat([inputs_embeds.repeat_interleave(K, 0), label_embeds(lin)], 1)}
-        else: fkw = {"input_ids": torch.cat([input_ids.repeat_interleave(K, 0), lin], 1)}
-        if pos_ok:
-            fkw["position_ids"] = torch.cat([pos.repeat_interleave(K, 0),
-                                             lens.repeat_interleave(K)[:, None] + torch.arange(L - 1, device=dev)], 1)
-        if keep_ok: fkw["logits_to_keep"] = L
-        logits = model(**fkw, attention_mask=am, use_cache=False).logits[:, -L:]
-        lp = torch.log_softmax(logits.float(), -1).gather(-1, label_ids.reshape(B * K, L, 1)).reshape(B, K, L)
-        return torch.where(label_valid, lp, torch.zeros_like(lp)).sum(-1)
+        return _full_label_logprobs(model, attention_mask, label_ids, label_valid, input_ids=input_ids,
+                                    inputs_embeds=inputs_embeds, label_embeds=label_embeds)
     if prefix_cache is not None:
         cache = copy.deepcopy(prefix_cache)
         P = cache.get_seq_length()
@@ -182,17 +191,16 @@ def label_logprobs(model, # a transformers causal LM
     src = {"inputs_embeds": inputs_embeds} if inputs_embeds is not None else {"input_ids": input_ids}
     need = label_valid[:, :, 1:].any(-1) if L > 1 else label_valid[:, :, :0].any(-1)  # [B, K] pairs with tokens left
     if bool(need.any()) and int(need.sum(-1).max()) == 1:
-        # one label per row has tokens left ("harmless" after "toxic"): they ride along after the prompt in the same
-        # pass, read at their own positions; rows without one feed a label whose positions are not read (causal: the
-        # prompt's last position does not see them)
+        # one label per row has tokens left ("harmless" after "toxic"): they follow the prompt in the same pass, read at
+        # their own positions; a row without one feeds a label nobody reads (causal: the prompt's end does not see it)
         r, k = torch.arange(B, device=dev), need.long().argmax(-1)
         lab, ext = label_ids[r, k], label_ids[r, k, :-1]
         src = ({"inputs_embeds": torch.cat([inputs_embeds, label_embeds(ext).to(inputs_embeds.dtype)], 1)}
                if inputs_embeds is not None else {"input_ids": torch.cat([input_ids, ext], 1)})
-        kw = {"position_ids": torch.cat([pos, (P + attention_mask.sum(-1))[:, None] + torch.arange(L - 1, device=dev)], 1)} if pos_ok else {}
-        # the last L positions as indices (their copy is contiguous: one matrix product with the output weights,
-        # where a slice of 2+ positions makes torch repeat them per row)
-        if keep_ok: kw["logits_to_keep"] = torch.arange(attention_mask.shape[1] - 1, attention_mask.shape[1] + L - 1, device=dev)
+        after = (P + attention_mask.sum(-1))[:, None] + torch.arange(L - 1, device=dev)  # the label tokens' positions
+        kw = {"position_ids": torch.cat([pos, after], 1)} if pos_ok else {}
+        T = attention_mask.shape[1]  # the last L positions as indices: contiguous, one product with the output weights
+        if keep_ok: kw["logits_to_keep"] = torch.arange(T - 1, T + L - 1, device=dev)
         logits = model(**src, attention_mask=torch.cat([am, am.new_ones(B, L - 1)], 1), past_key_values=cache,
                        use_cache=P > 0, **kw).logits[:, -L:]
         first = torch.log_softmax(logits[:, 0].float(), -1).gather(1, label_ids[:, :, 0])  # [B, K]
