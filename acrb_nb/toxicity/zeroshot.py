@@ -189,7 +189,7 @@ def label_logprobs(model, # a transformers causal LM
     am = torch.cat([attention_mask.new_ones(B, P), attention_mask], 1)  # prefix + padded rest, as the model sees it
     pos = P + (attention_mask.cumsum(-1) - 1).clamp(min=0)
     src = {"inputs_embeds": inputs_embeds} if inputs_embeds is not None else {"input_ids": input_ids}
-    need = label_valid[:, :, 1:].any(-1) if L > 1 else label_valid[:, :, :0].any(-1)  # [B, K] pairs with tokens left
+    need = label_valid[:, :, 1:].any(-1)  # [B, K] (row, label) pairs with tokens left (none when L = 1)
     if bool(need.any()) and int(need.sum(-1).max()) == 1:
         # one label per row has tokens left ("harmless" after "toxic"): they follow the prompt in the same pass, read at
         # their own positions; a row without one feeds a label nobody reads (causal: the prompt's end does not see it)
@@ -205,7 +205,7 @@ def label_logprobs(model, # a transformers causal LM
                        use_cache=P > 0, **kw).logits[:, -L:]
         first = torch.log_softmax(logits[:, 0].float(), -1).gather(1, label_ids[:, :, 0])  # [B, K]
         lp = torch.log_softmax(logits[:, 1:].float(), -1).gather(-1, lab[:, 1:, None]).squeeze(-1)  # [B, L - 1]
-        lp = torch.where(label_valid[r, k, 1:] & need[r, k][:, None], lp, torch.zeros_like(lp)).sum(-1)
+        lp = torch.where(label_valid[r, k, 1:], lp, torch.zeros_like(lp)).sum(-1)  # all masked in a row without one
         total = torch.where(label_valid[:, :, 0], first, torch.zeros_like(first))
         return total + torch.zeros_like(total).index_put((r, k), lp)
     kw = {"position_ids": pos} if pos_ok else {}
