@@ -268,7 +268,7 @@ def _simpson2(p:Mapping, a:Fraction, c:Fraction)->tuple:
 # %% ../../nbs/22_toxicity.explain.ipynb #fa6ff22a
 def adaptive_ig(fn:LabelMargin, # the row's margin function
                 baseline:Sequence[int], # baseline ids (see `baseline_inputs`)
-                *, n_steps:int=4, # points to start with: 4 per region (and the end), so 4 means one region, 5 points
+                *, n_steps:int=4, # points to start with: 4 per region (graded toward the input) and the end: 4 means one region, 5 points
                 max_steps:int|None=128, # at most this many points (None: never refine)
                 rel_tol:float=0.05, # completeness tolerance relative to max(|f(x) − f(x')|, floor)
                 floor:float=1.0, # nats
@@ -290,8 +290,9 @@ def adaptive_ig(fn:LabelMargin, # the row's margin function
         if new:
             f, g = path_gradients(fn, xe, be, [float(v) for v in new], chunk=chunk, prefix=prefix)
             pts.update({v: (float(fv), gv) for v, fv, gv in zip(new, f, g)})
-    n0 = max(1, int(n_steps) // 4)
-    regions = [(Fraction(k, n0), Fraction(k + 1, n0)) for k in range(n0)]
+    n0 = max(1, int(n_steps) // 4)   # k regions: [0, ½], [½, ¾], ... each half the one before it, the last one up to 1
+    ends = [Fraction(0)] + [1 - Fraction(1, 2 ** k) for k in range(1, n0)] + [Fraction(1)]
+    regions = list(zip(ends[:-1], ends[1:]))
     add(regions)
     cap = max(len(pts), int(max_steps or 0) + 1)
     while True:

@@ -53,7 +53,7 @@ class IGOptions(Options):
     baseline:str="filler" # one of `BASELINES`: what "no text" is (see *Choosing a baseline by measurement* in `22_toxicity.explain`)
     baseline_scope:str="text" # "text": only the text's tokens are replaced; "all": every prompt token
     n_samples:int=4 # baselines averaged over by `baseline="expected"`
-    n_steps:int|None=None # points to start with (None: 9 for "adaptive", two regions; 16 for "doubling")
+    n_steps:int|None=None # points to start with (None: 13 for "adaptive", three regions graded toward the input; 16 for "doubling")
     refine_to:int|None=128 # refine while a row misses its tolerance, up to this many points (None or 0: never)
     refinement:str="adaptive" # "adaptive": nested points added where the error is (`adaptive_ig`); "doubling": 2x the steps from scratch
     token_rtol:float|None=0.5 # "adaptive": also refine until the attributions' error estimate is ≤ this share of Σ|attributions|
@@ -81,7 +81,7 @@ class IGOptions(Options):
     @property
     def start_steps(self)->int:
         "The points (adaptive) or steps (doubling) a row starts with."
-        return int(self.n_steps) if self.n_steps else (8 if self.refinement == "adaptive" else 16)
+        return int(self.n_steps) if self.n_steps else (12 if self.refinement == "adaptive" else 16)
 
     def key_settings(self, seed:int, # the run's seed (it seeds the random baselines)
                     )->dict:
