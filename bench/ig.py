@@ -22,7 +22,7 @@ Prints a line per row, a table, and ends with:
 
 How much to read into the default 5 rows: rows differ a lot (doubling needs 16, 48 or 112 points, the adaptive rule
 13 to 33), so the ratio of a few rows is a noisy estimate, and its interval says how noisy. On the report's 50 explained
-rows (`--rows 50`, about 18 minutes) one run gave evals_ratio 2.46 [2.07, 2.86] and seconds_ratio 2.25 [1.91, 2.62];
+rows (`--rows 50`, about 18 minutes) one run gave evals_ratio 2.46 [2.07, 2.86] and seconds_ratio 2.31 [1.97, 2.66];
 any 5 of those 50 rows give an evals_ratio between 1.45 and 3.50 (5th-95th percentile of 20,000 subsets). The default
 stays at the first 5 rows, chosen for time before any result was seen.
 
