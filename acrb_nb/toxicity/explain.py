@@ -253,17 +253,20 @@ def path_gradients(fn:LabelMargin, # the row's margin function
         gs.append((g * d).sum(-1).detach().double().cpu())
     return torch.cat(fs).numpy(), torch.cat(gs).numpy()
 
-def _five(a:Fraction, c:Fraction)->list:
-    "The 5 points of region [a, c]: its ends, quarter points and middle (exact fractions, so regions share them)."
-    return [a + k * (c - a) / 4 for k in range(5)]
+def _points(a:Fraction, c:Fraction, five:bool=True)->list:
+    """The points of region [a, c] (exact fractions, so regions share them): its ends and middle, and with `five` its
+    quarter points too."""
+    return [a + k * (c - a) / 4 for k in range(5)] if five else [a, (a + c) / 2, c]
 
-def _simpson2(p:Mapping, a:Fraction, c:Fraction)->tuple:
-    """Simpson's rule on both halves of [a, c] from its 5 points (per token), and its embedded error estimate: the
-    difference from Simpson's rule on the whole region (3 of the points), summed |·| over tokens."""
-    y = [p[v][1] for v in _five(a, c)]
+def _simpson(p:Mapping, a:Fraction, c:Fraction, five:bool=True)->tuple:
+    """Simpson's rule on [a, c] per token, and its embedded error estimate summed |·| over tokens. With 5 points:
+    Simpson on both halves, against Simpson on the whole region (3 of the points); with 3: Simpson on the region,
+    against the trapezoid (its ends)."""
+    y = [p[v][1] for v in _points(a, c, five)]
     h = float(c - a)
-    halves, whole = h / 12 * (y[0] + 4 * y[1] + 2 * y[2] + 4 * y[3] + y[4]), h / 6 * (y[0] + 4 * y[2] + y[4])
-    return halves, float(np.abs(halves - whole).sum())
+    if five: fine, coarse = h / 12 * (y[0] + 4 * y[1] + 2 * y[2] + 4 * y[3] + y[4]), h / 6 * (y[0] + 4 * y[2] + y[4])
+    else: fine, coarse = h / 6 * (y[0] + 4 * y[1] + y[2]), h / 2 * (y[0] + y[2])
+    return fine, float(np.abs(fine - coarse).sum())
 
 # %% ../../nbs/22_toxicity.explain.ipynb #fa6ff22a
 def adaptive_ig(fn:LabelMargin, # the row's margin function
@@ -286,32 +289,41 @@ def adaptive_ig(fn:LabelMargin, # the row's margin function
     prefix = next((i for i, (u, v) in enumerate(zip(ids, bl)) if u != v), len(ids))
     pts = {}
     def add(regions):   # evaluate the regions' points not evaluated yet, in one batch
-        new = sorted({v for a, c in regions for v in _five(a, c)} - pts.keys())
+        new = sorted({v for r in regions for v in _points(*r)} - pts.keys())
         if new:
             f, g = path_gradients(fn, xe, be, [float(v) for v in new], chunk=chunk, prefix=prefix)
             pts.update({v: (float(fv), gv) for v, fv, gv in zip(new, f, g)})
+    def error(r, complete):   # a region's error: of completeness (exact) until the row meets it, then the tokens'
+        s, t = _simpson(pts, *r)
+        return t if complete else abs(float(s.sum()) - (pts[r[1]][0] - pts[r[0]][0]))
+    def refine(r, complete):   # a 3-point region gets its quarter points; a 5-point one is halved
+        a, c, five = r
+        if not five: return [(a, c, True)]
+        kids = [(a, (a + c) / 2, False), ((a + c) / 2, c, False)]   # 3-point halves: the region's own points
+        if not complete: return [(x, y, True) for x, y, _ in kids]
+        e = [error(k, complete) for k in kids]   # for the tokens: points go to the half with ≥ 3 times the other's error
+        hi = int(np.argmax(e))
+        return [(k[0], k[1], i == hi or e[hi] < 3 * e[1 - hi]) for i, k in enumerate(kids)]
     n0 = max(1, int(n_steps) // 4)   # k regions: [0, ½], [½, ¾], ... each half the one before it, the last one up to 1
     ends = [Fraction(0)] + [1 - Fraction(1, 2 ** k) for k in range(1, n0)] + [Fraction(1)]
-    regions = list(zip(ends[:-1], ends[1:]))
+    regions = [(a, c, True) for a, c in zip(ends[:-1], ends[1:])]
     add(regions)
     cap = max(len(pts), int(max_steps or 0) + 1)
     while True:
-        est, tok = zip(*[_simpson2(pts, a, c) for a, c in regions])
-        err = np.array([s.sum() - (pts[c][0] - pts[a][0]) for s, (a, c) in zip(est, regions)])
+        est, tok = zip(*[_simpson(pts, *r) for r in regions])
         attr, tok = np.sum(est, 0), np.array(tok)
         fx, fb = pts[Fraction(1)][0], pts[Fraction(0)][0]
         delta = float(attr.sum() - (fx - fb))
         limit = float(tol) if tol is not None else float(rel_tol) * max(abs(fx - fb), float(floor))
-        complete, room = abs(delta) <= limit, (cap - len(pts)) // 4   # each split adds 4 points
+        complete, room = abs(delta) <= limit, (cap - len(pts)) // 4   # a refined region adds at most 4 points
         accurate = token_rtol is None or tok.sum() <= float(token_rtol) * np.abs(attr).sum()
         if (complete and accurate) or room < 1: break
-        ind = np.abs(err) if not complete else tok   # split where the error is: completeness first, then the tokens'
+        ind = np.array([error(r, complete) for r in regions])   # refine where the error is
         order = np.argsort(-ind, kind="stable")
         share = np.cumsum(ind[order]) / max(ind.sum(), 1e-300)
         split = set(order[:min(room, int(np.searchsorted(share, 0.5)) + 1)].tolist())
-        halves = lambda a, c: [(a, (a + c) / 2), ((a + c) / 2, c)]
-        regions = [h for k, r in enumerate(regions) for h in (halves(*r) if k in split else [r])]
-        add(regions)   # 4 new points per split region: the others are kept
+        regions = [h for k, r in enumerate(regions) for h in (refine(r, complete) if k in split else [r])]
+        add(regions)   # 2 or 4 new points per refined region: the others are kept
     return {"attributions": attr, "f_x": fx, "f_baseline": fb, "delta": delta, "sum_attr": float(attr.sum()),
             "n_steps": len(pts), "regions": len(regions), "tol": limit, "converged": abs(delta) <= limit,
             "token_err": float(tok.sum() / max(np.abs(attr).sum(), 1e-300))}

@@ -8,7 +8,7 @@ import dataclasses, numbers
 from ..core import Options  # the base of every options class (00_core)
 
 # %% auto #0
-__all__ = ['METHODS', 'BASELINES', 'REFINEMENTS', 'ScoreOptions', 'IGOptions']
+__all__ = ['METHODS', 'BASELINES', 'REFINEMENTS', 'ADAPTIVE_RULE', 'ScoreOptions', 'IGOptions']
 
 # %% ../../nbs/21a_toxicity.options.ipynb #3d9f2068
 def _check_number(owner:str, # the class, for the message
@@ -46,6 +46,7 @@ class ScoreOptions(Options):
 # %% ../../nbs/21a_toxicity.options.ipynb #120770c7
 BASELINES = ("mean", "zero", "pad", "filler", "uniform", "blur", "expected", "mask") # `IGOptions.baseline` choices
 REFINEMENTS = ("adaptive", "doubling") # `IGOptions.refinement` choices
+ADAPTIVE_RULE = "simpson-5|3" # names `adaptive_ig`'s refinement rule in row keys: rows of an earlier rule are recomputed, not mixed in
 
 @dataclasses.dataclass(frozen=True)
 class IGOptions(Options):
@@ -90,4 +91,5 @@ class IGOptions(Options):
                 "method": self.method, "tol": None if self.tol is None else float(self.tol), "rel_tol": float(self.rel_tol),
                 "floor": float(self.floor), "refine_to": int(self.refine_to) if self.refine_to else None, "seed": int(seed),
                 "refinement": self.refinement, "token_rtol": self.token_rtol if self.refinement == "adaptive" else None,
+                "rule": ADAPTIVE_RULE if self.refinement == "adaptive" else None,
                 "n_samples": int(self.n_samples) if self.baseline == "expected" else None}
