@@ -120,7 +120,7 @@ def main(argv=None):
     print(f"95% bootstrap intervals over these {d.row.nunique()} rows (resampled in pairs): evals_ratio "
           f"[{ci['evals'][0]:.2f}, {ci['evals'][1]:.2f}], seconds_ratio [{ci['seconds'][0]:.2f}, {ci['seconds'][1]:.2f}]. "
           f"Rows differ a lot, so a few rows cannot pin a ratio down: --rows 50 (the report's explained rows, "
-          f"~18 min) measures the report's own.")
+          f"~17 min) measures the report's own.")
     print(f"RESULT evals_ratio={er:.2f} seconds_ratio={sr:.2f} converged_share={tab.loc['adaptive', 'converged']:.2f} "
           f"converged_share_doubling={tab.loc['doubling', 'converged']:.2f} peak_rss_gb={peak_rss_gb():.2f} "
           f"evals_ratio_lo={ci['evals'][0]:.2f} evals_ratio_hi={ci['evals'][1]:.2f} "
