@@ -22,8 +22,8 @@ export PYTHONHASHSEED := 0
 MIN_FREE_GB ?= 9
 $(VENV)/.installed: settings.ini setup.py constraints.txt
 	@if [ ! -x $(PY) ]; then \
-	  free=$$(( $$(df -Pk $(dir $(VENV)) | awk 'NR==2 {print $$4}') / 1048576 )); \
-	  if [ "$$free" -lt $(MIN_FREE_GB) ]; then \
+	  kb=$$(df -Pk $(dir $(abspath $(VENV))) 2>/dev/null | awk 'NR==2 {print $$4}'); free=$$(( $${kb:-0} / 1048576 )); \
+	  if [ -n "$$kb" ] && [ "$$free" -lt $(MIN_FREE_GB) ]; then \
 	    echo "make install: $$free GB free on this disk; a new .venv needs about $(MIN_FREE_GB) GB (torch with its CUDA" \
 	         "libraries). Free some space, or point VENV= at a larger disk (make install VENV=/big/acrb-venv)," \
 	         "or skip this check with MIN_FREE_GB=0." >&2; exit 1; fi; fi
