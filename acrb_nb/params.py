@@ -8,12 +8,51 @@ from __future__ import annotations
 import ast
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 # %% auto #0
-__all__ = ['NO_DEFAULT', 'MODEL_PARAMETERS', 'INPUT_PATHS', 'ParameterError', 'SecretParameterError', 'template_parameters',
-           'parse_value', 'is_list_parameter', 'list_parameters', 'check_parameters', 'absolute_paths', 'check_inputs']
+__all__ = ['NO_DEFAULT', 'Problem', 'did_you_mean', 'attempt', 'format_problems', 'ParameterError', 'SecretParameterError',
+           'template_parameters', 'parse_value', 'is_list_parameter', 'list_parameters', 'parameter_problems',
+           'parameters_tail', 'check_parameters', 'absolute_paths']
+
+# %% ../nbs/89_params.ipynb #3a4ca807
+@dataclass(frozen=True)
+class Problem:
+    "One mistake in what a report or command was given: what is wrong and how to fix it, and the parameter it is about."
+    message: str # what is wrong and what to do
+    param: str|None = None # the parameter (None: the command or the config file itself)
+
+def did_you_mean(name, # what was given
+                 choices, # what it may be
+                )->str:
+    "'; did you mean 'x'?' for the closest choice, or ''."
+    import difflib
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+def attempt(param:str|None, # the parameter the validator reads
+            fn, *args, **kw, # a validator and its arguments
+           )->tuple:
+    "(fn's result, []) or (None, [Problem]) when it raises a ValueError, TypeError, KeyError or OSError."
+    try: return fn(*args, **kw), []
+    except (ValueError, TypeError, KeyError, OSError) as e:
+        return None, [Problem(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e), param)]
+
+def format_problems(problems, # `Problem`s, from the parameter checks and `checks.study_problems`
+                    what:str="the parameters", # what they are problems with, e.g. "acrb.ipynb and bad.yaml"
+                    lines:Mapping|None=None, # parameter → line in the config file
+                   )->str:
+    "One message: a single problem as it is, several numbered; each names its parameter, and its line when it came from a file."
+    def where(p):   # "line 3, attributes: " — the line of a parameter read from a file, and the parameter unless it is named
+        loc = [f"line {lines[p.param]}"] if lines and p.param in lines and lines[p.param] else []
+        named = p.param and re.search(rf"(?<![\w-]){re.escape(p.param)}(?![\w])", p.message)
+        loc += [p.param] if p.param and not named else []
+        return ", ".join(loc) + ": " if loc else ""
+    said = list(dict.fromkeys(where(p) + p.message for p in problems))   # the same sentence twice is said once
+    if len(said) == 1: return said[0]
+    return f"{len(said)} problems with {what}:\n" + "\n".join(f"  {i}. {m}" for i, m in enumerate(said, 1))
 
 # %% ../nbs/89_params.ipynb #47692c28
 class ParameterError(ValueError):
@@ -108,26 +147,39 @@ def _problem(k, v, spec, template) -> str | None:
     return (f"parameter {k!r} of {template} expects {want} like its default {spec['source']}, got {type(v).__name__} {v!r}; "
             f"e.g. {_example(k, d)}")
 
+
+# %% ../nbs/89_params.ipynb #6873089b
+def parameter_problems(params: Mapping[str, Any], # parameters to pass (list parameters already read by `list_parameters`)
+                       specs: Mapping[str, dict], # the template's parameters, from `template_parameters`
+                       template: str = "the template", # template name for the messages
+                      ) -> list:
+    "Every unknown name (with a close match) and every value of the wrong type, as `Problem`s."
+    import difflib
+    out = []
+    for k, v in params.items():
+        if k not in specs:
+            close = difflib.get_close_matches(str(k), list(specs), n=1)
+            out.append(Problem(f"unknown parameter {k!r} for {template}" + (f": did you mean {close[0]!r}?" if close else ""), k))
+        elif (p := _problem(k, v, specs[k], template)): out.append(Problem(p, k))
+    return out
+
+def parameters_tail(problems, # `Problem`s
+                    specs: Mapping[str, dict], # the template's parameters
+                   ) -> str:
+    "A line 'Its parameters (with defaults) are: …' when a problem is an unknown name, else ''."
+    if not any(p.message.startswith("unknown parameter") for p in problems): return ""
+    valid = ", ".join(f"{k}={v['source']}" for k, v in specs.items()) or "(none: it has no cell tagged 'parameters')"
+    return f"\nIts parameters (with defaults) are: {valid}"
+
 def check_parameters(params: Mapping[str, Any], # parameters to pass (list parameters already read by `list_parameters`)
                      specs: Mapping[str, dict], # the template's parameters, from `template_parameters`
                      template: str = "the template", # template name for error messages
                      lines: Mapping[str, int] | None = None, # line of each parameter in a config file, for the messages
                     ) -> None:
     "Raise one `ParameterError` listing every unknown name (with a close match) and every value of the wrong type."
-    import difflib
-    at = lambda k: f" (line {lines[k]})" if lines and lines.get(k) else ""
-    problems = []
-    for k, v in params.items():
-        if k not in specs:
-            close = difflib.get_close_matches(str(k), list(specs), n=1)
-            problems.append(f"unknown parameter {k!r} for {template}{at(k)}" + (f": did you mean {close[0]!r}?" if close else ""))
-        elif (p := _problem(k, v, specs[k], template)): problems.append(p + at(k))
-    if not problems: return
-    valid = ", ".join(f"{k}={v['source']}" for k, v in specs.items()) or "(none: it has no cell tagged 'parameters')"
-    head = problems[0] if len(problems) == 1 else f"{len(problems)} problems with the parameters of {template}:\n" + \
-           "\n".join(f"  {i}. {p}" for i, p in enumerate(problems, 1))
-    tail = (f"; its parameters (with defaults) are: {valid}" if any(p.startswith("unknown parameter") for p in problems) else "")
-    raise ParameterError(head + tail)
+    if problems := parameter_problems(params, specs, template):
+        raise ParameterError(format_problems(problems, f"the parameters of {template}", lines) + parameters_tail(problems, specs))
+
 
 # %% ../nbs/89_params.ipynb #2b8003d0
 def _pathlike_name(name:str)->bool: return name in ("out", "preds") or name.endswith(("_dir", "_path", "_file"))
@@ -147,44 +199,3 @@ def absolute_paths(params: Mapping[str, Any], # parameters about to be passed to
         looks = "/" in v or "\\" in v or "." in v
         if _pathlike_name(k) or (looks and (base / p).exists()): out[k] = str(base / p)
     return out
-
-# %% ../nbs/89_params.ipynb #4e67ee80
-def _acrb_models(p):
-    yield "model", p.get("model"), ("image_editor",) if p.get("mode") == "i2i" else ("image_generator",)
-    for j in ("judge", "judge2"):
-        v = p.get(j)
-        if isinstance(v, str) and v and v != "auto":
-            yield (j, v.split(":", 1)[1], ("image_text_encoder",)) if v.startswith("clip:") else (j, v, ("vision_judge",))
-    if p.get("llm"): yield "llm", p["llm"], ("text_lm",)
-
-def _iat_models(p):
-    text = p.get("design") == "text"
-    yield "model", p.get("model"), ("text_lm",) if text else ("vision_judge",)
-    if not text and p.get("images") is None: yield "generator", p.get("generator"), ("image_generator",)
-    if p.get("encoder"): yield "encoder", p["encoder"], ("image_text_encoder",)
-
-MODEL_PARAMETERS = {  # study template → (parameter, name, registry kinds) of every model it will load or call
-    "acrb": _acrb_models,
-    "toxicity": lambda p: [("model", p.get("model"), ("text_lm",))],
-    "iat": _iat_models,
-}
-INPUT_PATHS = ("preds", "source_dir", "labels", "images", "image_dir")  # and every *_file parameter: inputs that must exist
-
-def check_inputs(study: str, # the template's study name (a key of `MODEL_PARAMETERS`, or your own template's)
-                 params: Mapping[str, Any], # every parameter the template will see: its defaults updated with yours
-                 template: str = "the template", # for messages
-                ) -> None:
-    "Raise one `ParameterError` for every model name that does not resolve and every input path that does not exist."
-    from acrb_nb.adapters.base import resolve_model_name  # loads the registries, not the models
-    problems = []
-    for k, name, kinds in MODEL_PARAMETERS.get(study, lambda p: [])(params):
-        if k not in params: continue  # a template without that parameter (your own template under a study's name)
-        try: resolve_model_name(name, kinds, where=k)
-        except ValueError as e: problems.append(str(e))
-    for k, v in params.items():
-        if (k in INPUT_PATHS or k.endswith("_file")) and isinstance(v, str) and v and not Path(v).expanduser().exists():
-            problems.append(f"parameter {k!r}: {v} not found" + ("" if Path(v).is_absolute() else f" (read from {Path.cwd()})"))
-    if problems:
-        raise ParameterError(problems[0] if len(problems) == 1 else
-                             f"{len(problems)} problems with the inputs of {template}:\n"
-                             + "\n".join(f"  {i}. {p}" for i, p in enumerate(problems, 1)))

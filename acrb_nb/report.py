@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any, Mapping
 from unittest import mock
 
-from .params import (NO_DEFAULT, ParameterError, SecretParameterError, absolute_paths, check_inputs, check_parameters,
-                         list_parameters, parse_value, template_parameters)  # what a report is given, checked first (89_params)
+from .params import NO_DEFAULT, ParameterError, SecretParameterError, parse_value  # what a report is given (89_params)
+from .checks import prepare_parameters  # every input checked before anything is written (89a_checks)
 
 # %% auto #0
 __all__ = ['HEADLINE_MIME', 'STOP_MIME', 'REPORT_CSS', 'STUDIES', 'check_secrets', 'scan_for_secrets', 'headline',
-           'read_headlines', 'stop_report', 'build_index', 'ReportResult', 'progress_printer', 'render_report',
-           'find_nbs', 'resolve_template', 'execution_parameters', 'compare_parameters', 'main']
+           'read_headlines', 'stop_report', 'build_index', 'ReportResult', 'progress_printer', 'report_stem',
+           'render_report', 'find_nbs', 'resolve_template', 'execution_parameters', 'compare_parameters', 'main']
 
 # %% ../nbs/90_report.ipynb #81fed1ae
 from .core import REDACTED, KEY_PATTERNS, secret_values, check_no_secrets  # one set of secret rules for the whole toolkit
@@ -201,6 +201,7 @@ td.num{white-space:nowrap} .ok{color:#0a6b2d;font-weight:600} .failed{color:#b00
 .err{color:#b00020;font-size:.85em} dl{margin:0;display:grid;grid-template-columns:auto auto;column-gap:.8em}
 dt{color:#555} dd{margin:0;text-align:right;font-variant-numeric:tabular-nums} code{font-size:.85em;color:#444}
 .warn{color:#8a5300;font-size:.85em}
+.latest{background:#e6f0ff;color:#1d4f91;border-radius:3px;padding:0 .3em;font-size:.8em;font-weight:600}
 """
 
 def _index_table(rows: list[dict]) -> str:
@@ -211,6 +212,7 @@ def _index_table(rows: list[dict]) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in (r.get("parameters") or {}).items())
         link = f"<a href='{e(r['html'])}'>report</a>" if r.get("html") else "–"
         status = f"<span class='{e(r['status'])}'>{e(r['status'])}</span>"
+        if r.get("latest"): status += " <span class='latest'>latest</span>"   # the newest report of its model
         if r.get("error"): status += f"<div class='err'>{e(r['error'][:300])}</div>"
         if r.get("redacted"): status += f"<div class='warn'>redacted: {e(', '.join(r['redacted']))}</div>"
         if (la := r.get("last_attempt")):  # a later attempt failed; the report shown is the last good one
@@ -241,9 +243,23 @@ def _index_html(rows: list[dict], generated: str) -> str:
             f"<p class='meta'>{summary} · index generated {e(generated)}</p>{table}</body></html>\n")
 
 # %% ../nbs/90_report.ipynb #ff687e1e
-def build_index(out_dir: str | Path = "reports", # reports folder holding <study>/<model>.ipynb
+def _stem(ipynb_name: str) -> str: return ipynb_name.removesuffix(".ipynb").removesuffix(".failed")
+
+def _mark_latest(rows: list[dict]) -> list[dict]:
+    "Sort by study, model and newest first; the newest report of each (study, model) is `latest`."
+    rows.sort(key=lambda r: (r["study"], str(r["model"]), str(r.get("executed") or "")), reverse=False)
+    rows.sort(key=lambda r: str(r.get("executed") or ""), reverse=True)
+    rows.sort(key=lambda r: (r["study"], str(r["model"])))
+    seen = set()
+    for r in rows:
+        k = (r["study"], str(r["model"]))
+        r["latest"] = k not in seen and r["status"] == "ok"
+        if r["latest"]: seen.add(k)
+    return rows
+
+def build_index(out_dir: str | Path = "reports", # reports folder holding <study>/<report>.ipynb
                ) -> Path:
-    "Write `<out_dir>/index.html` and `<out_dir>/index.json`, one row per report; return the HTML path."
+    "Write `<out_dir>/index.html` and `<out_dir>/index.json`, one row per report file (the newest of a model marked); return the HTML path."
     from acrb_nb import __version__
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -253,20 +269,20 @@ def build_index(out_dir: str | Path = "reports", # reports folder holding <study
         except (OSError, ValueError) as e:
             warnings.warn(f"skipping unreadable report {ipynb}: {e}")
             continue
-        (attempts if ipynb.name.endswith(".failed.ipynb") else {}).update({(row["study"], str(row["model"])): row})
-        if not ipynb.name.endswith(".failed.ipynb"): rows.append(row)
-    for r in rows:  # a failed attempt beside a good report: the report stays, the attempt is noted
-        if (la := attempts.pop((r["study"], str(r["model"])), None)):
+        if ipynb.name.endswith(".failed.ipynb"): attempts[(ipynb.parent.name, _stem(ipynb.name))] = row
+        else: rows.append(row)
+    for r in rows:  # a failed attempt beside a good report of the same run: the report stays, the attempt is noted
+        if (la := attempts.pop((Path(r["ipynb"]).parent.name, _stem(Path(r["ipynb"]).name)), None)):
             r["last_attempt"] = {k: la[k] for k in ("status", "executed", "error", "html", "ipynb")}
     rows += attempts.values()  # failed attempts with no good report: they are the row
-    seen = {(r["study"], str(r["model"])) for r in rows}
+    seen = {r["ipynb"] for r in rows}
     old = root / "index.json"
     if old.exists():  # keep published reports whose (git-ignored) notebook is not here
         try: prev = json.loads(old.read_text(encoding="utf-8")).get("reports", [])
         except (ValueError, AttributeError): prev = []
-        rows += [r for r in prev if (r.get("study"), str(r.get("model"))) not in seen
+        rows += [r for r in prev if r.get("ipynb") not in seen
                  and r.get("html") and (root / r["html"]).exists() and not (root / r.get("ipynb", "")).is_file()]
-    rows.sort(key=lambda r: (r["study"], str(r["model"])))
+    rows = _mark_latest(rows)
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     old.write_text(json.dumps(dict(generated=generated, acrb_nb=__version__, reports=rows), indent=1, default=str) + "\n",
                    encoding="utf-8")
@@ -288,21 +304,6 @@ class ReportResult:
     headlines: dict = field(default_factory=dict) # figures published with `headline`
     redacted: tuple = () # names of secrets found and redacted in the outputs
 
-def _load_params(config, parameters) -> tuple[dict, dict]:
-    "(parameters, line of each in the config file): the config file's, then `parameters` over them."
-    params, lines = {}, {}
-    if config is not None:
-        from acrb_nb.core import read_yaml  # strict, as every config of the toolkit: a repeated key is an error
-        cfg = Path(config)
-        if not cfg.exists(): raise FileNotFoundError(f"config file {cfg} not found (configs live under configs/)")
-        loaded = read_yaml(cfg, ParameterError)
-        loaded = {} if loaded is None else loaded
-        if not isinstance(loaded, dict):
-            raise ParameterError(f"config {cfg} must be a YAML mapping of parameter: value, got {type(loaded).__name__}")
-        params.update(loaded)
-        lines = {k: loaded.line(k) for k in loaded} if hasattr(loaded, "line") else {}
-    params.update(parameters or {})
-    return params, {k: v for k, v in lines.items() if k not in (parameters or {})}
 
 # %% ../nbs/90_report.ipynb #659c79c1
 def _provenance_html(study, model, ok, error, seconds, params) -> str:
@@ -405,13 +406,27 @@ def progress_printer(label: str, # what is running, e.g. "toxicity/smollm2-135m"
     return show
 
 # %% ../nbs/90_report.ipynb #cf56f6bc
+def report_stem(model: str, # the report's model name
+                params: Mapping[str, Any], # the parameters it is rendered with
+                specs: Mapping[str, dict], # the template's parameters, from `template_parameters`
+               ) -> str:
+    """The report's file name: `<model>` for the template's defaults, else `<model>-<8 hex digits>` of the parameters
+    that differ from them (`execution` aside: where a run computes changes none of its results). One run, one file: a
+    run with other parameters, a plan-only page or another comparison never replaces another run's report."""
+    from acrb_nb.core import sha256_hex
+    given = {k: v for k, v in params.items() if k not in ("model", "execution")
+             and not (k in specs and specs[k]["default"] is not NO_DEFAULT and v == specs[k]["default"])}
+    return safe_name(model) + (f"-{sha256_hex(given)[:8]}" if given else "")
+
+
+# %% ../nbs/90_report.ipynb #5225b2a8
 def render_report(template: str | Path, # report notebook, e.g. nbs/acrb.ipynb
                   *,
                   study: str | None = None, # study name; defaults to the template's stem
                   model: str | None = None, # model to report on: names the file; fills the template's `model` if `parameters` has none
                   parameters: Mapping[str, Any] | None = None, # parameter values (win over `config`)
                   config: str | Path | None = None, # YAML file of parameter values, e.g. configs/acrb_flux.yaml
-                  out_dir: str | Path = "reports", # reports folder: writes <out_dir>/<study>/<model>.{ipynb,html}
+                  out_dir: str | Path = "reports", # reports folder: writes <out_dir>/<study>/<report_stem>.{ipynb,html}
                   hide_input: bool = True, # hide code cells in the HTML
                   cwd: str | Path | None = None, # the run's working directory (runs/<study>/ land there); the current directory by default
                   paths_from: str | Path | None = None, # folder relative path parameters are read from; the current directory by default
@@ -424,26 +439,19 @@ def render_report(template: str | Path, # report notebook, e.g. nbs/acrb.ipynb
     if not template.exists():
         raise FileNotFoundError(f"report template {template} not found; templates are nbs/<study>.ipynb "
                                 f"(acrb, toxicity, fairness, iat)")
-    # 1. inputs, before anything is written: secrets, names and types, list parameters, models, input paths
-    params, lines = _load_params(config, parameters)
-    check_secrets({**params, "model": model} if model is not None else params)
-    specs = template_parameters(template)
-    if model is not None and "model" in specs and "model" not in params: params["model"] = model
-    params = list_parameters(params, specs)
-    check_parameters(params, specs, template.name, lines)
-    study = study or template.stem
-    if model is None:
-        model = params.get("model", specs.get("model", {}).get("default"))
-        if not isinstance(model, str): model = "default" if model in (None, NO_DEFAULT) else str(model)
-    params = absolute_paths(params, paths_from)  # -p preds data/x.csv means the user's data/x.csv, not nbs/data/x.csv
-    defaults = {k: v["default"] for k, v in specs.items() if v["default"] is not NO_DEFAULT}
-    check_inputs(study, {**defaults, **params}, template.name)
+    # 1. inputs, before anything is written: secrets, names and types, list parameters, models, files, each study's names
+    params, specs, study, model = prepare_parameters(template, study, model, parameters, config, paths_from)  # 89a_checks
+    if study == "compare" and "model" not in params and params.get("runs"):   # a comparison is named after its runs
+        from acrb_nb.compare import load_runs
+        names = [r.name for r in load_runs(params["runs"], params.get("names"), params.get("reports") or "reports")]
+        model = params["model"] = "-vs-".join(names)
 
     # 2. execute into a staging folder beside the report: a failed attempt never replaces a good report
     out = Path(out_dir) / safe_name(study)
     out.mkdir(parents=True, exist_ok=True)
-    final = {"ipynb": out / f"{safe_name(model)}.ipynb", "html": out / f"{safe_name(model)}.html"}
-    failed = {"ipynb": out / f"{safe_name(model)}.failed.ipynb", "html": out / f"{safe_name(model)}.failed.html"}
+    stem = report_stem(model, params, specs)
+    final = {"ipynb": out / f"{stem}.ipynb", "html": out / f"{stem}.html"}
+    failed = {"ipynb": out / f"{stem}.failed.ipynb", "html": out / f"{stem}.failed.html"}
     import papermill as pm, tempfile
     with tempfile.TemporaryDirectory(dir=out, prefix=".rendering-") as stage:
         ipynb, html_path = Path(stage, final["ipynb"].name), Path(stage, final["html"].name)
@@ -613,7 +621,8 @@ def compare_parameters(params: Mapping[str, Any], # parameters so far (from -p /
                        out_dir: str | Path = "reports", # --out: where report names are looked up
                       ) -> dict:
     """`acrb-report compare RUN RUN …`: the compare template's `runs` (existing folders made absolute, report names
-    kept), its `reports` folder, and a report name made of the models' names (`sim-vs-gpt-image-1`)."""
+    kept) and its `reports` folder. The runs are checked with everything else (`checks`), and a comparison is named
+    after its runs' models (`sim-vs-gpt-image-1`) once they are (`render_report`)."""
     if Path(str(template)).stem != "compare":
         raise ParameterError(f"unexpected arguments {' '.join(map(str, runs))} after {template}: only `acrb-report compare RUN "
                              f"RUN …` takes run folders; give parameters as -p NAME VALUE")
@@ -621,11 +630,6 @@ def compare_parameters(params: Mapping[str, Any], # parameters so far (from -p /
     out = dict(params)
     out["runs"] = [str(Path(r).resolve()) if Path(r).exists() else str(r) for r in runs]
     out.setdefault("reports", str(Path(out_dir).resolve()))
-    if "model" not in out:
-        from acrb_nb.compare import load_runs
-        try: names = [r.name for r in load_runs(out["runs"], out.get("names"), out["reports"])]
-        except (OSError, ValueError) as e: raise ParameterError(str(e)) from None
-        out["model"] = "-vs-".join(names)
     return out
 
 # %% ../nbs/90_report.ipynb #ad8e7d35

@@ -13,6 +13,7 @@ from ..core import RunSpec, atomic_write, as_list, Options
 from ..store import Run
 from ..adapters.base import (IMAGE_GENERATORS, IMAGE_EDITORS, VISION_JUDGES, IMAGE_TEXT_ENCODERS, TEXT_LMS)
 from .prompts import stage1_prompts, load_attributes, write_stage1, select_base_ids, DOMAINS, load_base_prompts
+from .prompt_sets import load_acrb_inputs
 from .generate import t2i_items, i2i_items, generate, stage2_records
 from .sources import select_sources, write_sources, SourceCheck, DEFAULT_SOURCES
 from .judge import hard_refusals, judge_cues, clip_cues, judge_agreement, acrb_label_items, ERASED
@@ -81,21 +82,21 @@ def check_not_all_failed(stage2:pd.DataFrame, # from `acrb.generate.stage2_recor
         "URL, model name, network — and run again with retry_failed=True to re-attempt the failed calls (finished items are kept).")
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #03128096
-def _stage1(run, attrs, *, llm, domains, seed, execution)->pd.DataFrame:
-    "Stage I prompts (template or LLM mode), restricted to `domains`, recorded in the run."
+def _stage1(run, attrs, bps, *, llm, domains, seed, execution)->pd.DataFrame:
+    "Stage I prompts (template or LLM mode) of the base prompts `bps` (those of the chosen domains), recorded in the run."
     if llm:
         lm = TEXT_LMS.create(llm)
         run.add_model("stage1_llm", lm.describe())
-        st1 = stage1_prompts("v1", attrs, mode="llm", lm=lm, store=run, seed=seed, execution=execution)
-    else: st1 = stage1_prompts("v1", attrs, seed=seed)
+        st1 = stage1_prompts(bps, attrs, mode="llm", lm=lm, store=run, seed=seed, execution=execution)
+    else: st1 = stage1_prompts(bps, attrs, seed=seed)
     s1 = st1.rows[st1.rows.domain.isin(domains)] if domains else st1.rows
     write_stage1(dataclasses.replace(st1, rows=s1), run.dir)
     run.add_input("stage1_prompts", data=s1[["prompt_id", "text"]].values.tolist())
     return s1
 
-def _i2i_sources(source_dir, domains, n_base_prompts, seed)->SourceCheck:
-    "The person-checked source photographs of an I2I run: enough for its base prompts, checked before any model call."
-    n = sum(1 for p in load_base_prompts("v1").prompts if not domains or p.domain in domains)
+def _i2i_sources(source_dir, bps, n_base_prompts, seed)->SourceCheck:
+    "The person-checked source photographs of an I2I run: enough for its base prompts `bps`, checked before any model call."
+    n = len(bps)
     return select_sources(source_dir or DEFAULT_SOURCES, needed=max(1, min(n_base_prompts or n, n)), seed=seed)
 
 def _stage2(run, gen, s1, *, n_base_prompts, images_per_prompt, sources, seed, execution, note)->tuple:
@@ -412,10 +413,8 @@ def _check_run_args(mode:str, # "t2i" or "i2i"
                     images_per_prompt, # images per prompt: an integer ≥ 1
                     labels, # a labels folder / labels.csv filled by hand, or None
                    ):
-    "`run_acrb`'s argument checks, before any folder is made or any model loaded: each error says what to pass instead."
+    "`run_acrb`'s argument checks before any folder is made or any model loaded (domains: `load_acrb_inputs`), each saying what to pass."
     if mode not in ("t2i", "i2i"): raise ValueError(f"mode must be 't2i' or 'i2i', got {mode!r}")
-    if domains is not None and (bad := sorted(set(domains) - set(DOMAINS))):
-        raise ValueError(f"unknown domains {bad}; choose from {sorted(DOMAINS)}")
     for n, v in (("n_base_prompts", n_base_prompts), ("images_per_prompt", images_per_prompt)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
             raise ValueError(f"{n} must be an integer ≥ 1{' or None (all)' if n == 'n_base_prompts' else ''}, got {v!r}")
@@ -425,15 +424,16 @@ def _check_run_args(mode:str, # "t2i" or "i2i"
 def run_acrb(model:str|AdapterRef="sim", # image generator (t2i) or editor (i2i): a registry name, or `model_ref(...)` with options
              mode:str="t2i", # "t2i" or "i2i"
              attributes:Sequence[str]|None=None, # dimensions to audit (None: all of the attribute set)
-             domains:Sequence[str]|None=None, # domains to include (None: all nine)
+             domains:Sequence[str]|None=None, # domains to include (None: all of the base prompts')
              n_base_prompts:int|None=None, # base prompts, stratified by domain (None: all); in i2i each edits one photograph
              images_per_prompt:int=1, # images per prompt (t2i) or edits per base prompt × attribute value (i2i)
              llm:str|None=None, # TextLM name for Stage I LLM mode (None: template mode)
              judge:str|AdapterRef|Sequence="auto", # cue judge (`resolve_judge`), or [judge, second judge] for their agreement
              seed:int=0, # master seed
              source_dir:str|None=None, # I2I photographs of people, each checked for a person (default: data/images/people)
-             attribute_set:str="v1", # "v1", "v2" or a YAML path
+             attribute_set:str="v1", # "v1", "v2" or a YAML path (your own dimensions and values)
              run_dir:str|os.PathLike|None=None, # run folder (default: runs/acrb/<model>/<run_id> under the current folder)
+             base_prompts:str="v1", # "v1" or a YAML path (your own scenes, each with one {subject} slot)
              *, analysis:AnalysisOptions|Mapping|None=None, # how the items become numbers (`AnalysisOptions`; not in the spec)
              execution:Execution|str|Mapping|None="local", # how every model call of the audit runs (`Execution`; not in the spec)
             )->AcrbResult:
@@ -442,13 +442,15 @@ def run_acrb(model:str|AdapterRef="sim", # image generator (t2i) or editor (i2i)
     attributes, domains = as_list(attributes, "attributes"), as_list(domains, "domains")  # "religion", "culture,gender" or a list
     _check_run_args(mode, domains, n_base_prompts, images_per_prompt, opts.labels)
     gen_ref, judge_refs, cfg_sha = _adapters(model, mode, judge)  # unknown names and bad sim configs fail here
-    attrs = load_attributes(attribute_set, list(attributes) if attributes else None)  # before any folder is made
+    attrs, bps = load_acrb_inputs(attribute_set, attributes, base_prompts, domains)  # every problem at once, before any folder
     judges = tuple(judge_name(r) for r in judge_refs)
     params = dict(mode=mode, attributes=list(attributes) if attributes else None, domains=list(domains) if domains else None,
                   n_base_prompts=n_base_prompts, images_per_prompt=images_per_prompt, llm=llm, judge=judges[0],
-                  judge2=judges[1] if len(judges) > 1 else None, source_dir=source_dir, attribute_set=attribute_set, **cfg_sha)
+                  judge2=judges[1] if len(judges) > 1 else None, source_dir=source_dir, attribute_set=attribute_set, **cfg_sha,
+                  **({"base_prompts": base_prompts, "base_prompts_sha256": bps.sha256} if base_prompts != "v1" else {}),
+                  **({"attribute_set_sha256": attrs.sha256} if attribute_set not in ("v1", "v2") else {}))  # own files: their content
     spec = RunSpec("acrb", gen_ref.name, params, seed)
-    sources = _i2i_sources(source_dir, domains, n_base_prompts, seed) if mode == "i2i" else None  # before any folder or call
+    sources = _i2i_sources(source_dir, bps, n_base_prompts, seed) if mode == "i2i" else None  # before any folder or call
     run = Run(spec, run_dir=run_dir)
     stages = {}  # where each model stage ran this session (manifest): the keys, and so the results, do not depend on it
     def note(stage, summary):
@@ -459,7 +461,7 @@ def run_acrb(model:str|AdapterRef="sim", # image generator (t2i) or editor (i2i)
         run.add_input("attributes", data=[dataclasses.asdict(a) for a in attrs.variants])
         for name, ref in (("sim_config", gen_ref), ("judge_config", judge_refs[0])):
             if f"{name}_sha256" in cfg_sha: run.add_input(name, path=dict(ref.kwargs)["config"])
-        s1 = _stage1(run, attrs, llm=llm, domains=domains, seed=seed, execution=execution)
+        s1 = _stage1(run, attrs, bps, llm=llm, domains=domains, seed=seed, execution=execution)
         s1, s2 = _stage2(run, gen_ref, s1, n_base_prompts=n_base_prompts, images_per_prompt=images_per_prompt,
                          sources=sources, seed=seed, execution=execution, note=note)
         s3, det = _stage3(run, s1, s2, attrs, judge_refs, seed=seed, execution=execution, note=note)

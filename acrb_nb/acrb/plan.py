@@ -17,6 +17,7 @@ from ..core import Options
 from ..planning import (DEFAULT_CONCURRENCY, declared as _declared, duration, image_price, judge_correlation, wall_hours,
                               labels_for_width, width_for_labels)
 from .prompts import DOMAINS, load_attributes, load_base_prompts
+from .prompt_sets import load_acrb_inputs
 from ..stats.power import mdd_two_proportions
 
 # %% auto #0
@@ -74,20 +75,21 @@ class AuditAssumptions(Options):
         if not 0 <= self.icc < 1: raise ValueError(f"icc={self.icc} must lie in [0, 1)")
 
 # %% ../../nbs/16_acrb.plan.ipynb #03a5b35d
-def _plan_base(model, attributes, domains, mode, attribute_set)->tuple:
+def _plan_base(model, attributes, domains, mode, attribute_set, base_prompts="v1")->tuple:
     "(registry entry, attribute set, domains, base prompts available per domain): what every plan starts from."
     if mode not in ("t2i", "i2i"): raise ValueError(f"mode must be 't2i' or 'i2i', got {mode!r}")
     entry = (IMAGE_GENERATORS if mode == "t2i" else IMAGE_EDITORS).entry(model)
-    attrs = load_attributes(attribute_set, list(attributes) if attributes else None)
-    doms = list(domains) if domains else list(DOMAINS)   # i2i too: an I2I base prompt edits one photograph of a person
-    if bad := sorted(set(doms) - set(DOMAINS)): raise ValueError(f"unknown domains {bad}; choose from {sorted(DOMAINS)}")
-    per_dom = pd.Series([p.domain for p in load_base_prompts("v1").prompts]).value_counts()
+    attrs, bps = load_acrb_inputs(attribute_set, attributes, base_prompts, domains)  # one message for every problem
+    per_dom = pd.Series([p.domain for p in bps.prompts]).value_counts()
+    doms = list(domains) if domains else list(per_dom.index.sort_values(key=lambda d: d.map(_DOMAIN_ORDER)))
     return entry, attrs, doms, {d: int(per_dom.get(d, 0)) for d in doms}
 
+_DOMAIN_ORDER = lambda d: list(DOMAINS).index(d) if d in DOMAINS else len(DOMAINS)  # the shipped order, then others
+
 def _plan_design(model, attributes, domains, mde, power, mode, alpha, attribute_set, per_domain,
-                 a:AuditAssumptions)->dict:
+                 a:AuditAssumptions, base_prompts="v1")->dict:
     "The design part of a plan: values, domains, items per cell, base prompts and images per prompt."
-    entry, attrs, doms, avail = _plan_base(model, attributes, domains, mode, attribute_set)
+    entry, attrs, doms, avail = _plan_base(model, attributes, domains, mode, attribute_set, base_prompts)
     n_needed = items_per_group(mde, a.base_rate, power, alpha)
     n_items = int(math.ceil(n_needed / (1 - a.expected_refusal) - 1e-9))
     d = design_for(n_items, min(avail.values()) if per_domain else sum(avail.values()), a.icc)
@@ -170,13 +172,14 @@ class AuditPlan:
 
 def plan_audit(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) registry name
                attributes:Sequence[str]|None=None, # dimensions to audit (None: all of the attribute set)
-               domains:Sequence[str]|None=None, # domains (None: all nine)
+               domains:Sequence[str]|None=None, # domains (None: all of the base prompts')
                mde:float=0.10, # smallest difference between two values' erasure rates to detect
                power:float=0.8, # power of that comparison
                labels:float|int|None=0.15, # float < 1: target 95% interval width per corrected rate; int: labels per value; None: skip
                *, mode:str="t2i", # "t2i" (generate) or "i2i" (edit a photograph of a person per base prompt)
                alpha:float=0.05, # significance level and 1 - confidence level
                attribute_set:str="v1", # attribute set name or path
+               base_prompts:str="v1", # base prompt set name or path
                per_domain:bool=False, # power every (value, domain) cell instead of every value
                n_judges:int=1, # cue judges per image
                assumptions:AuditAssumptions|Mapping|None=None, # what the plan assumes about the run (`AuditAssumptions.of`)
@@ -184,7 +187,7 @@ def plan_audit(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) 
     "Items per cell, design, calls, images, expected cost, wall time and human labels of an ACRB audit — no model is loaded or called."
     a = AuditAssumptions.of(assumptions)
     base_rate, expected_refusal = a.base_rate, a.expected_refusal
-    D = _plan_design(model, attributes, domains, mde, power, mode, alpha, attribute_set, per_domain, a)
+    D = _plan_design(model, attributes, domains, mde, power, mode, alpha, attribute_set, per_domain, a, base_prompts)
     entry, attrs, P, m, nv = D["entry"], D["attrs"], D["base_prompts"], D["m"], D["n_variants"]
     calls = P * m * nv
     images = calls * (1 - expected_refusal)
@@ -220,7 +223,7 @@ def plan_audit(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) 
 # %% ../../nbs/16_acrb.plan.ipynb #e7f5a3b6
 def plan_run(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) registry name
              attributes:Sequence[str]|None=None, # dimensions to audit (None: all of the attribute set)
-             domains:Sequence[str]|None=None, # domains (None: all nine)
+             domains:Sequence[str]|None=None, # domains (None: all of the base prompts')
              n_base_prompts:int|None=None, # base prompts asked for (None: all of the domains)
              images_per_prompt:int=1, # images per prompt (t2i) or edits per base prompt × attribute value (i2i)
              *, mode:str="t2i", # "t2i" or "i2i"
@@ -230,6 +233,7 @@ def plan_run(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) re
              power:float=0.8, # power for the detectable difference
              alpha:float=0.05, # significance level and 1 - confidence level
              attribute_set:str="v1", # attribute set name or path
+             base_prompts:str="v1", # base prompt set name or path
              assumptions:AuditAssumptions|Mapping|None=None, # what the plan assumes about the run (`AuditAssumptions.of`)
             )->AuditPlan:
     "Calls, images, judge calls, human labels, cost and wall time of the run these parameters ask for — nothing is loaded or called."
@@ -240,7 +244,7 @@ def plan_run(model:str="sim", # IMAGE_GENERATORS (t2i) or IMAGE_EDITORS (i2i) re
                              f"{0 if n == 'n_judges' else 1}{' or None (all)' if n == 'n_base_prompts' else ''}, got {v!r}")
     a = AuditAssumptions.of(assumptions)
     base_rate, expected_refusal = a.base_rate, a.expected_refusal
-    entry, attrs, doms, avail = _plan_base(model, attributes, domains, mode, attribute_set)
+    entry, attrs, doms, avail = _plan_base(model, attributes, domains, mode, attribute_set, base_prompts)
     total = sum(avail.values())
     P = min(n_base_prompts or total, total)
     m = int(images_per_prompt)

@@ -14,7 +14,7 @@ from ..core import data_path, sha256_hex, file_sha256, indefinite_article, capit
 __all__ = ['DOMAINS', 'SLOT', 'ATTRIBUTE_SET_SCHEMA', 'NEUTRAL_ID', 'BASE_PROMPTS_SCHEMA', 'acrb_data_dir', 'subject_problems',
            'template_problems', 'fill_slot', 'Attribute', 'AttributeSet', 'read_acrb_data', 'load_attributes',
            'BasePrompt', 'BasePromptSet', 'plain_quotes', 'find_terms', 'identity_terms', 'base_prompt_problems',
-           'load_base_prompts']
+           'load_base_prompts', 'acrb_input_problems', 'load_acrb_inputs']
 
 # %% ../../nbs/10a_acrb.prompt_sets.ipynb #57500f94
 DOMAINS = {  # the nine safety domains of the ACRB paper (Table 1), with the upstream ids
@@ -348,3 +348,70 @@ def load_base_prompts(source="v1", # "v1" | path to a YAML/JSON file | parsed di
         prompts = [p for p in prompts if p.id in keep]
         sha = sha256_hex({"source": sha, "ids": [p.id for p in prompts]})
     return BasePromptSet(tuple(prompts), sha, label)
+
+# %% ../../nbs/10a_acrb.prompt_sets.ipynb #d1b4b4f2
+def _did_you_mean(name, choices)->str:
+    import difflib
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+def _clash_problems(bps:BasePromptSet, attrs:AttributeSet, user_prompts:bool)->list:
+    "One problem per attribute value whose identity terms a base prompt names without declaring it (grouped by value)."
+    by_value = {}
+    for p in bps.prompts:
+        for t, aid in identity_terms(attrs).items():
+            if aid not in p.context_attributes and find_terms(p.template.replace(SLOT, ""), [t]):
+                by_value.setdefault((aid, t), []).append(p)
+    out = []
+    for (aid, t), ps in by_value.items():
+        shown = "; ".join(f"{p.id} ({p.domain}): {p.template!r}" for p in ps[:3]) + (f"; and {len(ps) - 3} more" if len(ps) > 3 else "")
+        fix = ("reword those prompts or list the value in their `context_attributes`" if user_prompts else
+               "give the value other `terms:` in your attribute set, leave those domains out (domains=...), or use base "
+               "prompts of your own (base_prompts=my_prompts.yaml) that reword them or list the value in `context_attributes`")
+        out.append(("base_prompts" if user_prompts else "attribute_set",
+                    f"value {aid}: its word {t!r} already appears in {len(ps)} base prompt(s) — {shown} — so their variants "
+                    f"would not be minimal pairs; {fix}"))
+    return out
+
+def acrb_input_problems(attribute_set="v1", # "v1", "v2", a YAML/JSON path, or a parsed dict
+                        attributes:Sequence[str]|None=None, # dimensions to audit (None: all of the set)
+                        base_prompts="v1", # "v1", a YAML/JSON path, or parsed prompts
+                        domains:Sequence[str]|None=None, # domains to run (None: all of the base prompt set's)
+                       )->list:
+    "Every problem with Stage I's inputs as (parameter, message), nothing loaded twice, nothing written."
+    out, attrs, bps = [], None, None
+    try: full = load_attributes(attribute_set)
+    except (ValueError, FileNotFoundError, OSError) as e: out.append(("attribute_set", str(e)))
+    else:
+        dims = full.dimensions
+        bad = [d for d in attributes or [] if d not in dims]
+        out += [("attributes", f"{d!r} is not a dimension of attribute set {full.name!r}{_did_you_mean(d, dims)} "
+                               f"(it has {', '.join(dims)})") for d in bad]
+        if not bad: attrs = load_attributes(attribute_set, list(attributes) if attributes else None)
+    try: bps = load_base_prompts(base_prompts)   # the clash check runs below, on the domains that will run
+    except (ValueError, FileNotFoundError, OSError) as e: out.append(("base_prompts", str(e)))
+    if bps is None: return out
+    have = list(dict.fromkeys(p.domain for p in bps.prompts))
+    bad = [d for d in domains or [] if d not in have]
+    out += [("domains", f"{d!r} is not a domain of base prompts {bps.label}{_did_you_mean(d, have)} "
+                        f"(they have {', '.join(have)})") for d in bad]
+    if attrs is not None and not bad:
+        keep = [p for p in bps.prompts if not domains or p.domain in domains]
+        user = not (isinstance(base_prompts, str) and base_prompts == "v1")
+        out += _clash_problems(BasePromptSet(tuple(keep), bps.sha256, bps.label), attrs, user)
+    return out
+
+def load_acrb_inputs(attribute_set="v1", # "v1", "v2", a YAML/JSON path, or a parsed dict
+                     attributes:Sequence[str]|None=None, # dimensions to audit (None: all of the set)
+                     base_prompts="v1", # "v1", a YAML/JSON path, or parsed prompts
+                     domains:Sequence[str]|None=None, # domains to run (None: all of the base prompt set's)
+                    )->tuple:
+    "(attribute set, base prompts of the chosen domains), or one ValueError listing every problem with its parameter."
+    if problems := acrb_input_problems(attribute_set, attributes, base_prompts, domains):
+        raise ValueError(f"{len(problems)} problem(s) with the Stage I inputs:\n" +
+                         "\n".join(f"  {i}. {k}: {m}" for i, (k, m) in enumerate(problems, 1)))
+    attrs = load_attributes(attribute_set, list(attributes) if attributes else None)
+    bps = load_base_prompts(base_prompts)
+    keep = tuple(p for p in bps.prompts if not domains or p.domain in domains)
+    sha = bps.sha256 if len(keep) == len(bps) else sha256_hex({"source": bps.sha256, "ids": [p.id for p in keep]})
+    return attrs, BasePromptSet(keep, sha, bps.label)

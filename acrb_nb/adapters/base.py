@@ -309,6 +309,12 @@ def _hub_cached(repo_id:str)->bool:
     except ImportError: return True  # nothing to check against: the load will say
     return any(isinstance(try_to_load_from_cache(repo_id, f), str) for f in ("config.json", "model_index.json"))
 
+_WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json", "*.pt", "*.pth")
+
+def _has_weights(folder:Path)->bool:
+    "Whether a model folder holds weights transformers can load (safetensors, PyTorch .bin or their shard index)."
+    return any(any(folder.glob(g)) for g in _WEIGHTS)
+
 def resolve_model_name(name, # a registry name; for a text LM also a hub id (org/name), a local folder or a .gguf file
                        kinds, # the registry kind(s) the name may belong to, e.g. "image_generator" or ("vision_judge", "text_lm")
                        where:str="model", # the parameter it came from, for the message
@@ -325,9 +331,12 @@ def resolve_model_name(name, # a registry name; for a text LM also a hub id (org
     if "text_lm" in kinds:
         p = Path(s).expanduser()
         if p.is_dir():
-            if (p / "config.json").exists() or any(p.glob("*.gguf")): return {"name": str(p), "kind": "text_lm", "as": "folder"}
-            raise ValueError(f"{where}={s!r} is a folder without config.json or a .gguf file: point it at a model folder "
-                             "(config.json + weights + tokenizer files) or at the .gguf file itself")
+            if any(p.glob("*.gguf")) or ((p / "config.json").exists() and _has_weights(p)):
+                return {"name": str(p), "kind": "text_lm", "as": "folder"}
+            have = ", ".join(sorted(q.name for q in p.iterdir())[:8]) or "nothing"
+            lacks = " and ".join(x for x, ok in (("config.json", (p / "config.json").exists()), ("weights", _has_weights(p))) if not ok)
+            raise ValueError(f"{where}={s!r} is a folder without {lacks} (it holds {have}): point it at a loadable model folder "
+                             f"(config.json + weights such as model.safetensors + tokenizer files) or at a .gguf file itself")
         if s.endswith(".gguf"):
             if p.is_file(): return {"name": str(p), "kind": "text_lm", "as": "gguf"}
             raise ValueError(f"{where}={s!r}: no such .gguf file (a relative path is read from {Path.cwd()})")
