@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from report_files import report_file, failed_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -47,7 +48,7 @@ def manifest(cwd: Path) -> dict:
 def test_acrb_list_parameter_one_rule(tmp_path, args, want):
     r = cli("acrb", *args, "-p", "plan_only", "True", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
-    nb = tmp_path / "reports" / "acrb" / "sim.ipynb"
+    nb = report_file(tmp_path / "reports", "acrb", "sim", ".ipynb")
     assert papermill_parameters(nb)["attributes"] == want
     assert "not in attribute set" not in nb.read_text()
 
@@ -63,8 +64,8 @@ def test_one_attribute_runs_and_audits_only_it(tmp_path):
 def test_iat_and_fairness_lists_follow_the_same_rule(tmp_path):
     r = cli("iat", "-p", "dimensions", "gender", "-p", "plan_only", "True", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert papermill_parameters(tmp_path / "reports" / "iat" / "sim.ipynb")["dimensions"] == ["gender"]
-    assert "within-dimension value pairs of gender" in (tmp_path / "reports" / "iat" / "sim.html").read_text()
+    assert papermill_parameters(report_file(tmp_path / "reports", "iat", "sim", ".ipynb"))["dimensions"] == ["gender"]
+    assert "within-dimension value pairs of gender" in report_file(tmp_path / "reports", "iat", "sim").read_text()
     import numpy as np, pandas as pd
     g = np.random.default_rng(0)
     pd.DataFrame({"label": g.integers(0, 2, 80), "pred": g.integers(0, 2, 80), "race": g.choice(["a", "b"], 80),
@@ -72,7 +73,7 @@ def test_iat_and_fairness_lists_follow_the_same_rule(tmp_path):
     r = cli("fairness", "-p", "model", "mine", "-p", "preds", "mine.csv", "-p", "label_col", "label", "-p", "id_cols", "race,sex",
             "-p", "min_group_size", "5", "-p", "n_boot", "50", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert papermill_parameters(tmp_path / "reports" / "fairness" / "mine.ipynb")["id_cols"] == ["race", "sex"]
+    assert papermill_parameters(report_file(tmp_path / "reports", "fairness", "mine", ".ipynb"))["id_cols"] == ["race", "sex"]
 
 
 # ---------------------------------------------------------------------------------------------------- item 3
@@ -100,19 +101,20 @@ def test_a_bad_labels_file_leaves_the_good_report_and_the_run_as_they_were(tmp_p
     base = ["-p", "attributes", "religion", "-p", "n_base_prompts", "3", "-p", "n_boot", "100"]
     r = cli("acrb", *base, "-p", "export_labels", "12", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
-    html = tmp_path / "reports" / "acrb" / "sim.html"
+    html = report_file(tmp_path / "reports", "acrb", "sim")
     good, sessions = html.read_bytes(), manifest(tmp_path)["sessions"]
     assert [x["status"] for x in sessions] == ["finished"]
     bad = _bad_labels(tmp_path, tmp_path / "runs")
     r = cli("acrb", *base, "-p", "export_labels", "12", "-p", "labels", bad.name, cwd=tmp_path)
     assert r.returncode != 0
-    assert "not items of this run" in r.stderr or "not items of this run" in (tmp_path / "reports/acrb/sim.failed.ipynb").read_text()
+    attempt = failed_file(tmp_path / "reports", "acrb", "sim", ".ipynb")
+    assert "not items of this run" in r.stderr or "not items of this run" in attempt.read_text()
     assert html.read_bytes() == good                                  # the published report is byte-identical
     after = [x["status"] for x in manifest(tmp_path)["sessions"]]
     assert after == ["finished", "finished"], after                   # the run's status did not change: no "failed"
-    assert (tmp_path / "reports" / "acrb" / "sim.failed.html").exists()  # the attempt is kept beside it, with its error
-    row = {(x["study"], x["model"]): x for x in json.loads((tmp_path / "reports" / "index.json").read_text())["reports"]}[("acrb", "sim")]
-    assert row["status"] == "ok" and row["last_attempt"]["status"] == "failed"
+    assert attempt.with_suffix(".html").exists()                      # the attempt is kept, with its error
+    rows = [x for x in json.loads((tmp_path / "reports" / "index.json").read_text())["reports"] if x["model"] == "sim"]
+    assert sorted(x["status"] for x in rows) == ["failed", "ok"]      # the labelled run's failed attempt beside the good report
 
 
 # ---------------------------------------------------------------------------------------------------- item 4 (IAT)
@@ -120,7 +122,7 @@ def test_iat_plan_only_is_one_plan_in_peoples_numbers(tmp_path):
     r = cli("iat", "-p", "plan_only", "True", "-p", "model", "gpt-4o-mini-judge", "-p", "generator", "gpt-image-1",
             "-p", "usd_per_judge_call", "0.001", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
-    page = (tmp_path / "reports" / "iat" / "gpt-4o-mini-judge.html").read_text()
+    page = report_file(tmp_path / "reports", "iat", "gpt-4o-mini-judge").read_text()
     assert not re.search(r"\d\.\d{7,}", page), re.findall(r"\d\.\d{7,}", page)[:5]   # no float noise
     assert "$2.86" in page and "10 min" in page                     # cost and wall time for people
     assert page.count("Plan only") == 1 and "Design summary" not in page and "Effect sizes" not in page
@@ -150,7 +152,7 @@ def test_a_local_model_folder_and_a_missing_input_path(tmp_path):
     r = cli("toxicity", "-p", "model", "models/mine", cwd=tmp_path, timeout=120)
     assert r.returncode == 2 and "without config.json" in r.stderr
     r = cli("acrb", "-p", "labels", "nothing/labels.csv", cwd=tmp_path, timeout=120)
-    assert r.returncode == 2 and "labels.csv not found" in r.stderr and str(tmp_path.resolve()) in r.stderr
+    assert r.returncode == 2 and "labels.csv does not exist" in r.stderr and str(tmp_path.resolve()) in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["models"]
 
 
@@ -170,9 +172,9 @@ def test_config_mistakes_are_listed_at_once_with_close_matches(tmp_path):
     assert r.returncode == 2
     err = r.stderr
     assert "3 problems with the parameters of acrb.ipynb" in err
-    assert "unknown parameter 'n_base_prompt'" in err and "(line 2)" in err and "did you mean 'n_base_prompts'" in err
-    assert "did you mean 'exclude_policy_cells'" in err and "(line 4)" in err
-    assert "'seed'" in err and "expects int" in err and "(line 3)" in err
+    assert "line 2: unknown parameter 'n_base_prompt'" in err and "did you mean 'n_base_prompts'" in err
+    assert "line 4: unknown parameter 'exclude_policy_cell'" in err and "did you mean 'exclude_policy_cells'" in err
+    assert "line 3: parameter 'seed'" in err and "expects int" in err
     cfg.write_text("model: sim\nseed: 1\nseed: 2\n")                  # a repeated key is a mistake too
     r = cli("acrb", "-f", cfg.name, cwd=tmp_path, timeout=120)
     assert r.returncode == 2 and "'seed' appears twice" in r.stderr

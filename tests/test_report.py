@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from report_files import report_file, failed_file
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -51,7 +52,8 @@ def test_success(tmp_path):
     r = run_cli(TINY, "-p", "model", "sim", "-p", "n", "4", "-y", "groups: [x, y]", "--out", out, cwd=tmp_path,
                 script=script)
     assert r.returncode == 0, r.stderr
-    ipynb, html = out / "tiny_report" / "sim.ipynb", out / "tiny_report" / "sim.html"
+    ipynb, html = report_file(out, "tiny_report", "sim", ".ipynb"), report_file(out, "tiny_report", "sim")
+    assert str(html) in r.stdout                                          # the command says where it is
     assert ipynb.exists() and html.exists() and (out / "index.html").exists()
     assert (tmp_path / "tiny_report_items.csv").exists()                 # the template ran in the user's folder
     assert not (TINY.parent / "tiny_report_items.csv").exists()          # not in the template's
@@ -61,7 +63,7 @@ def test_success(tmp_path):
     assert "n_items" in page and "echo_env" not in page  # outputs shown, code hidden
     row = index_rows(out)[("tiny_report", "sim")]
     assert row["status"] == "ok" and row["headlines"] == {"n_items": 4, "mean_score": 2.25, "model": "sim"}
-    assert row["html"] == "tiny_report/sim.html" and "tiny_report/sim.html" in (out / "index.html").read_text()
+    assert row["html"] == html.relative_to(out).as_posix() and row["html"] in (out / "index.html").read_text()
 
 
 def test_config_and_show_input(tmp_path):
@@ -72,16 +74,16 @@ def test_config_and_show_input(tmp_path):
     assert r.returncode == 0, r.stderr
     row = index_rows(out)[("tiny_report", "cfg")]
     assert row["parameters"] == {"model": "cfg", "n": 5, "scale": 3.0}  # -p wins over the config file
-    assert "echo_env" in (out / "tiny_report" / "cfg.html").read_text()
+    assert "echo_env" in report_file(out, "tiny_report", "cfg").read_text()
 
 
 def test_failing_report(tmp_path):
     out = tmp_path / "reports"
     r = run_cli(TINY, "-p", "model", "broken", "-p", "fail", "True", "--out", out, cwd=tmp_path)
     assert r.returncode != 0
-    partial = out / "tiny_report" / "broken.failed.ipynb"  # a failed attempt lands beside the report, never over it
-    assert partial.exists() and (out / "tiny_report" / "broken.failed.html").exists()
-    assert not (out / "tiny_report" / "broken.html").exists()
+    partial = failed_file(out, "tiny_report", "broken", ".ipynb")  # a failed attempt lands beside the report, never over it
+    assert partial.name.endswith(".failed.ipynb") and partial.with_suffix(".html").exists()
+    assert not Path(str(partial).replace(".failed.ipynb", ".html")).exists()
     assert "partial executed notebook" in r.stderr and str(partial) in r.stderr
     assert "tiny_report failed on purpose" in r.stderr
     assert "An Exception was encountered" in partial.read_text()
@@ -121,7 +123,7 @@ def test_leaked_secret_is_redacted(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "ACRB_TEST_API_KEY" in r.stderr and "redacted" in r.stderr
     assert files_containing(tmp_path, FAKE_KEY) == []
-    assert "***REDACTED***" in (out / "tiny_report" / "leaky.html").read_text()
+    assert "***REDACTED***" in report_file(out, "tiny_report", "leaky").read_text()
     assert index_rows(out)[("tiny_report", "leaky")]["redacted"] == ["ACRB_TEST_API_KEY"]
     from acrb_nb.report import scan_for_secrets
     assert scan_for_secrets(out, env={"ACRB_TEST_API_KEY": FAKE_KEY}) == []

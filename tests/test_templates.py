@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from report_files import report_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -71,7 +72,7 @@ def test_fairness_cli_reads_a_relative_path_from_the_users_folder(tmp_path):
            "-p", "reference", "caucasian", "-p", "n_boot", "200", "-p", "out", "outputs/compas.csv"]
     r = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)  # no settings.ini above
     assert r.returncode == 0, r.stderr[-3000:]
-    html = (tmp_path / "reports" / "fairness" / "compas.html").read_text()
+    html = report_file(tmp_path / "reports", "fairness", "compas").read_text()
     assert "African-American" in html and "Against a reference group" in html and "fnr" in html
     groups = pd.read_csv(tmp_path / "outputs" / "compas.csv").set_index("group")  # `out` is the user's folder too
     assert round(100 * groups.loc["race:African-American=1", "false_positive_rate"], 2) == 44.85  # ProPublica's figures
