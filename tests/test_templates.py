@@ -86,5 +86,5 @@ def test_fairness_cli_missing_relative_path_names_the_users_folder(tmp_path):
     cmd = [sys.executable, "-m", "acrb_nb.report", "fairness", "-p", "preds", "data/nothing.csv", "-p", "n_boot", "0"]
     r = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
     assert r.returncode == 2  # refused before papermill starts (issue 28): a usage error, nothing written
-    assert str(tmp_path.resolve() / "data" / "nothing.csv") in r.stderr and "not found" in r.stderr
+    assert str(tmp_path.resolve() / "data" / "nothing.csv") in r.stderr and "no such file" in r.stderr
     assert list(tmp_path.iterdir()) == []
