@@ -76,7 +76,9 @@ class Execution(RunOptions):
     def _check_names(cls, d:Mapping):
         known = [f.name for f in dataclasses.fields(cls)]
         if unknown := sorted(set(d) - set(known)):
-            raise ValueError(f"unknown execution settings {unknown}; known: {known}")
+            import difflib
+            hints = "".join(f" ('{k}': did you mean '{c[0]}'?)" for k in unknown if (c := difflib.get_close_matches(str(k), known, n=1)))
+            raise ValueError(f"unknown execution settings {unknown}{hints}; known: {known}")
 
 LOCAL = Execution()
 

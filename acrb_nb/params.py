@@ -52,6 +52,7 @@ def format_problems(problems, # `Problem`s, from the parameter checks and `check
         return ", ".join(loc) + ": " if loc else ""
     said = list(dict.fromkeys(where(p) + p.message for p in problems))   # the same sentence twice is said once
     if len(said) == 1: return said[0]
+    said = [m.replace("\n", "\n     ") for m in said]   # a problem of several lines stays under its number
     return f"{len(said)} problems with {what}:\n" + "\n".join(f"  {i}. {m}" for i, m in enumerate(said, 1))
 
 # %% ../nbs/89_params.ipynb #47692c28

@@ -24,7 +24,7 @@ from .params import NO_DEFAULT, ParameterError, SecretParameterError, parse_valu
 from .checks import prepare_parameters  # every input checked before anything is written (89a_checks)
 
 # %% auto #0
-__all__ = ['HEADLINE_MIME', 'STOP_MIME', 'REPORT_CSS', 'STUDIES', 'check_secrets', 'scan_for_secrets', 'headline',
+__all__ = ['HEADLINE_MIME', 'STOP_MIME', 'REPORT_CSS', 'REPORT_CSP', 'STUDIES', 'check_secrets', 'scan_for_secrets', 'headline',
            'read_headlines', 'stop_report', 'build_index', 'ReportResult', 'progress_printer', 'report_stem',
            'render_report', 'find_nbs', 'resolve_template', 'execution_parameters', 'compare_parameters', 'main']
 
@@ -324,17 +324,33 @@ REPORT_CSS = """
 .jp-OutputArea-output table{max-width:none}
 """
 
+# nbconvert's lab template loads require.js, MathJax, Mermaid and the widget renderer from CDNs: a report opened offline
+# was incomplete, and one opened online told a third party who reads it. Reports need none of them (no widgets, no
+# Mermaid, math written in Unicode), so those blocks are emptied, and a Content-Security-Policy lets the page load only
+# what it embeds (styles, data: images) and run no script at all.
+_OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
+{%- block html_head_js -%}{%- endblock html_head_js -%}
+{% block jupyter_widgets %}{% endblock jupyter_widgets %}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
+REPORT_CSP = "default-src 'none'; img-src data: 'self'; style-src 'unsafe-inline' 'self'; font-src data: 'self'"
+
 def _export_html(ipynb: Path, html_path: Path, header: str, hide_input: bool, title: str):
-    import nbformat
+    import jinja2, nbformat
     from nbconvert import HTMLExporter
     nb = nbformat.read(str(ipynb), as_version=4)
     nb.cells = _cut_at_stop(nb.cells)  # a report ended with `stop_report` is published up to that point
     nb.cells.insert(0, nbformat.v4.new_markdown_cell(header))
-    ex = HTMLExporter(exclude_input=hide_input, exclude_input_prompt=hide_input, exclude_output_prompt=hide_input)
+    nb.metadata.pop("widgets", None)   # progress widgets are never part of a report
+    ex = HTMLExporter(exclude_input=hide_input, exclude_input_prompt=hide_input, exclude_output_prompt=hide_input,
+                      extra_loaders=[jinja2.DictLoader({"acrb_offline.html.j2": _OFFLINE_TEMPLATE})],
+                      template_file="acrb_offline.html.j2")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # nbformat's MissingIDFieldWarning on old templates
         body, _ = ex.from_notebook_node(nb, resources={"metadata": {"name": title}})
-    body = body.replace("</head>", f"<style>{REPORT_CSS}</style>\n</head>", 1)
+    csp = f'<meta http-equiv="Content-Security-Policy" content="{REPORT_CSP}">'
+    body = body.replace("<head>", f"<head>\n{csp}", 1).replace("</head>", f"<style>{REPORT_CSS}</style>\n</head>", 1)
     html_path.write_text(body, encoding="utf-8")
 
 def _stamp(ipynb: Path, meta: dict):

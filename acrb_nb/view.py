@@ -329,6 +329,10 @@ def _parser()->argparse.ArgumentParser:
 def main(argv=None)->int:
     a = _parser().parse_args(argv)
     folder = Path(a.folder)
+    from acrb_nb.checks import view_problems, format_problems   # every mistake of the command line at once, before writing
+    if problems := view_problems(folder, a.out, a.size, a.label_studio, a.image_url):
+        print(f"acrb-view: error: {format_problems(problems, 'the acrb-view command')}", file=sys.stderr)
+        return 2
     try:
         if (folder / SAMPLE_JSON).exists():
             written = [labelling_page(folder)]

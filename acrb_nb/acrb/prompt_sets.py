@@ -157,6 +157,8 @@ def _line_of(data, path)->int|None:
         if isinstance(node, ConfigMapping): line = node.line(p) or line
         try: node = node[p]
         except (KeyError, IndexError, TypeError): break
+    else:   # the path's end is a mapping (a list item, say): its own first line, not its parent key's
+        if isinstance(node, ConfigMapping) and node.lines: line = min(node.lines.values())
     return line
 
 def _schema_errors(data, schema, where:str)->list:

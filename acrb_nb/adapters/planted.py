@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
-from ..core import data_path, sha256_hex, read_yaml, check_keys, ConfigError
+from ..core import data_path, sha256_hex, read_yaml, check_keys, ConfigError, ConfigMapping
 from fastcore.basics import patch
 
 # %% auto #0
@@ -60,8 +60,8 @@ def _cached(kind:str, src, default_name:str, build):
     return _LOADED[key]
 
 def _merged(base:Mapping, over:Mapping)->dict:
-    "`base` with `over` merged in: mappings recursively, anything else replaced."
-    out = dict(base)
+    "`base` with `over` merged in: mappings recursively, anything else replaced; the lines of `over`'s keys kept for messages."
+    out = ConfigMapping(base, lines=getattr(over, "lines", None))
     for k, v in over.items(): out[k] = _merged(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
     return out
 
@@ -79,7 +79,7 @@ def _read_config(src, default_name:str):
     elif not parent.is_absolute(): parent = data_path("sim", str(parent), must_exist=False)
     if not parent.exists(): raise SimConfigError(f"{where}: extends {raw['extends']!r}, which is neither beside it nor in data/sim/")
     base, _ = _read_config(parent, default_name)
-    return _merged(base, {k: v for k, v in raw.items() if k != "extends"}), where
+    return _merged(base, ConfigMapping({k: v for k, v in raw.items() if k != "extends"}, lines=getattr(raw, "lines", None))), where
 
 def _check_keys(d, allowed, where): check_keys(d, allowed, where, SimConfigError)
 
