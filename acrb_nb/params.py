@@ -44,12 +44,14 @@ def format_problems(problems, # `Problem`s, from the parameter checks and `check
                     what:str="the parameters", # what they are problems with, e.g. "acrb.ipynb and bad.yaml"
                     lines:Mapping|None=None, # parameter → line in the config file
                    )->str:
-    "One message: a single problem as it is, several numbered; each names its parameter, and its line when it came from a file."
+    "One message: a single problem as it is, several numbered (a config file's in line order); each names its parameter and line."
     def where(p):   # "line 3, attributes: " — the line of a parameter read from a file, and the parameter unless it is named
         loc = [f"line {lines[p.param]}"] if lines and p.param in lines and lines[p.param] else []
         named = p.param and re.search(rf"(?<![\w-]){re.escape(p.param)}(?![\w])", p.message)
         loc += [p.param] if p.param and not named else []
         return ", ".join(loc) + ": " if loc else ""
+    line = lambda p: (lines or {}).get(p.param) or float("inf")
+    problems = sorted(problems, key=line)   # in the order of the config file, then the others as found (a stable sort)
     said = list(dict.fromkeys(where(p) + p.message for p in problems))   # the same sentence twice is said once
     if len(said) == 1: return said[0]
     said = [m.replace("\n", "\n     ") for m in said]   # a problem of several lines stays under its number
