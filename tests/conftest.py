@@ -132,6 +132,32 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long case (kill-and-resume, fault injection, report runs); "
                                        "deselect locally with -m 'not slow' (CI runs everything)")
+    config.addinivalue_line("markers", "budget(cpu, why): a test allowed more than the default CPU budget of "
+                                       f"{BUDGET_CPU_S} s, with the reason (tests/README.md)")
+
+
+BUDGET_CPU_S = 30   # CPU seconds a test may cost (setup, call and teardown; what it starts and waits for included)
+
+
+def _cpu() -> float:
+    import resource
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    "Each test's wall and CPU seconds go to $TEST_COST_DIR/tests-<worker>.jsonl (`make test` prints the costliest)."
+    import time
+    t0, c0 = time.perf_counter(), _cpu()
+    yield
+    d = os.environ.get("TEST_COST_DIR")
+    if not d: return
+    m = item.get_closest_marker("budget")
+    rec = {"nodeid": item.nodeid, "wall": round(time.perf_counter() - t0, 1), "cpu": round(_cpu() - c0, 1),
+           "budget": m.kwargs.get("cpu", BUDGET_CPU_S) if m else BUDGET_CPU_S}
+    Path(d).mkdir(parents=True, exist_ok=True)
+    with open(Path(d) / f"tests-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.jsonl", "a") as f: f.write(json.dumps(rec) + "\n")
 
 
 @pytest.hookimpl(hookwrapper=True)
