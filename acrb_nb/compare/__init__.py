@@ -17,8 +17,8 @@ from ..stats.tests import adjust_pvalues, adjusted_levels, mcnemar_test, paired_
 # %% auto #0
 __all__ = ['MAX_EXACT_SWAPS', 'OUTCOMES', 'CompareRun', 'run_of_report', 'load_runs', 'acrb_frame', 'shared_items',
            'swap_patterns', 'swap_pvalue', 'family_n_perm', 'can_reach', 'difference_verdict', 'family_adjust',
-           'compare_rates', 'delta_difference', 'corrected_erasure', 'model_figures', 'AcrbComparison', 'resolve_runs',
-           'compare_acrb', 'rates_plot']
+           'labelled_table', 'compare_rates', 'delta_difference', 'corrected_erasure', 'model_figures',
+           'AcrbComparison', 'resolve_runs', 'compare_acrb', 'rates_plot']
 
 # %% ../../nbs/94_compare.ipynb #d52afa14
 @dataclasses.dataclass(frozen=True)
@@ -214,6 +214,8 @@ def can_reach(p, # observed p-values of the family (NaN: untestable)
     return out
 
 # %% ../../nbs/94_compare.ipynb #6f0a1b03
+_CORR = {"holm": "Holm", "fdr_bh": "BH", "bh": "BH", "fdr": "BH", "bonferroni": "Bonferroni", "none": "unadjusted"}
+
 def difference_verdict(p:float, # adjusted p-value of a difference between models
                        alpha:float=0.05, # level
                       )->str:
@@ -231,8 +233,8 @@ def _design_note(r, m:int, alpha:float, correction:str)->str:
              f"With {more} and n_perm ≥ {n} its smallest p" if r["exact"] else f"With n_perm ≥ {n} its smallest p")
     boot = (f" Its bootstrap interval rests on {C} {unit} ({int(special.comb(2 * C - 1, C))} distinct resamples)."
             if C < 8 else "")
-    return (f"Cannot reach α = {alpha:g} after {correction} among these {m} tests: its smallest possible p is {r['p_min']:.2g} "
-            f"({how}). {could} is at most α/m = {alpha / m:.2g}, so it can pass on its own.{boot}")
+    return (f"Cannot reach α = {alpha:g} after {_CORR.get(correction, correction)} among these {m} tests: its smallest "
+            f"possible p is {r['p_min']:.2g} ({how}). {could} is at most α/m = {alpha / m:.2g}, so it can pass on its own.{boot}")
 
 def family_adjust(parts:Sequence[pd.DataFrame], # tables of one family: p, diff, and se or paired counts (both, a_only, b_only, neither)
                   correction:str="holm", # "holm", "fdr_bh", "bonferroni" or "none"
@@ -265,6 +267,28 @@ def family_adjust(parts:Sequence[pd.DataFrame], # tables of one family: p, diff,
             t["agree"] = ((t.lo_adj > 0) | (t.hi_adj < 0)) == t.verdict.eq("difference")
             t.loc[t.lo_adj.isna() | t.hi_adj.isna(), "agree"] = True
     return parts
+
+# %% ../../nbs/94_compare.ipynb #6f0a1b07
+def labelled_table(t:pd.DataFrame, # a family table (`family_adjust`): diff, lo, hi, p, p_adj, verdict, level_adj, lo_adj, hi_adj
+                   keys:Sequence[str], # leading columns shown as they are (what is compared, the pair, n)
+                   alpha:float=0.05, # the family's level
+                   correction:str="holm", # the family's correction
+                   diff:str="A − B", # header of the difference
+                   digits:int=3, # decimals of the estimates
+                  )->pd.DataFrame:
+    "A family table as a report shows it: both intervals as text under headers naming their level and adjustment."
+    name = _CORR.get(correction, correction)
+    iv = lambda lo, hi: f"[{lo:.{digits}f}, {hi:.{digits}f}]" if np.isfinite(lo) and np.isfinite(hi) else "–"
+    out = t[list(keys)].copy()
+    out[f"{diff} [{1 - alpha:.0%} interval, unadjusted]"] = [f"{d:.{digits}f} {iv(a, b)}" for d, a, b in zip(t["diff"], t.lo, t.hi)]
+    out["p"], out[f"p, {name}-adjusted"] = t.p, t.p_adj
+    reach = t["reachable"] if "reachable" in t else pd.Series(True, index=t.index)
+    agree = t["agree"] if "agree" in t else pd.Series(True, index=t.index)
+    out[f"{name}-adjusted interval, at the level of its step"] = [
+        "cannot reach α" if not r else f"{iv(a, b)}{'' if g else ' †'} at {lv:.2%}" if np.isfinite(lv) else iv(a, b)
+        for a, b, lv, r, g in zip(t.lo_adj, t.hi_adj, t.level_adj, reach, agree)]
+    out[f"verdict ({name}, α = {alpha:g})"] = [v if r else f"{v} (cannot reach α)" for v, r in zip(t.verdict, reach)]
+    return out.reset_index(drop=True)
 
 # %% ../../nbs/94_compare.ipynb #7b61b116
 def _pairs(models:Sequence[str])->list: return list(itertools.combinations(models, 2))
