@@ -112,15 +112,15 @@ def sim_runs(tmp_path_factory):
     religion (18 base prompts, the ACRB report's default: two hold a policy cell), and two IAT studies at the IAT report's
     default design (3 profile pairs per attribute pair), the second without the planted health-status association."""
     import yaml
-    from acrb_nb.execution import AdapterRef
+    from acrb_nb.execution import AdapterRef, Execution
     from acrb_nb.iat import iat_study
-    d = tmp_path_factory.mktemp("simcmp")
+    d, quiet = tmp_path_factory.mktemp("simcmp"), Execution.of("local", progress=False)
     acrb = {k: run_acrb(model_ref("sim", "t2i", config=str(data_path("sim", f"compare_{k}.yaml"))), attributes=["age", "religion"],
-                        n_base_prompts=18, run_dir=d / k, analysis={"n_boot": 200, "n_perm": 200}) for k in "ab"}
+                        n_base_prompts=18, run_dir=d / k, analysis={"n_boot": 200, "n_perm": 200}, execution=quiet) for k in "ab"}
     flat = d / "flat.yaml"
     flat.write_text(yaml.safe_dump({"version": 1, "name": "planted-iat-flat", "extends": "planted_iat.yaml",
                                     "associations": {"health_status": {"excellent": 0.0, "fair": 0.0, "poor": 0.0}}}))
-    kw = dict(design="seed", dimensions=["gender", "health_status"], words=6, analysis={"n_boot": 200, "n_perm": 200})
+    kw = dict(design="seed", dimensions=["gender", "health_status"], words=6, analysis={"n_boot": 200, "n_perm": 200}, execution=quiet)
     iat = [iat_study("sim", run_dir=d / "iat-shipped", **kw),
            iat_study(AdapterRef.of("vision_judge", "sim", iat_config=str(flat)), run_dir=d / "iat-flat", **kw)]
     return d, acrb, iat
