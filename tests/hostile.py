@@ -285,5 +285,5 @@ def toxicity_run(run) -> dict:
                        "label": [i % 2 for i in range(len(texts))], "toxicity_human": 3.0, **ids,
                        "score_cc": score - 0.5, "pred_cc": (score > 0.5).astype(int)})
     df.to_parquet(run / "zs_preds.parquet")
-    record_decision(run, 0.25, ALL_SHORT)
+    record_decision(run, 0.23, ALL_SHORT)   # just above one row's score: its card needs 3 decimals (0.555 ≤ 0.557)
     return {r["key"]: r for r in df.to_dict("records")}

@@ -303,10 +303,13 @@ def _check_viewer(drv, name, page) -> dict:
             assert json.loads(c["extra"]) == it["extra"], (name, c["key"][:40])
             assert all(c["loaded"]) and len(c["loaded"]) == len(it["images"]), (name, c["figures"])
             if data.get("decision") and it["verdict"] is not None:
-                d = data["decision"]
+                d, k = data["decision"], 2
+                while k < 6 and f"{it['prob']:.{k}f}" == f"{d['p_threshold']:.{k}f}":
+                    k += 1
                 sign = ">" if it["verdict"] == d["positive"] else "≤"
-                assert c["verdict"] == (f"model: {it['verdict']} · P(toxic) {it['prob']:.2f} {sign} {d['p_threshold']:.2f}, "
+                assert c["verdict"] == (f"model: {it['verdict']} · P(toxic) {it['prob']:.{k}f} {sign} {d['p_threshold']:.{k}f}, "
                                         f"the threshold of {shown(d['rule'])}"), c["verdict"]
+                assert (it["prob"] > d["p_threshold"]) == (sign == ">"), c["verdict"]
             seen[c["key"]] = True
         page_no, pages = (int(drv.execute_script(f"return document.body.dataset.{k}")) for k in ("page", "pages"))
         if page_no == pages:
@@ -349,7 +352,7 @@ def _check_labelling(drv, folder, sheet, stderr, shots) -> dict:
     n = len(sheet)
     assert (state("labelled"), state("invalid")) == (str(n - 1), "1")   # `maybe` is marked and not counted
     item = """const b = document.getElementById("item"); return {question: b.querySelector(".question").textContent,
-      text: (b.querySelector(".text") || {}).textContent, verdict: (b.querySelector("p > b") || {}).textContent,
+      text: (b.querySelector(".text") || {}).textContent, verdict: (b.querySelector(".verdict b") || {}).textContent,
       invalid: (b.querySelector(".invalid b") || {}).textContent || null,
       bad: [...b.querySelectorAll(".bad-path code")].map(e => e.textContent),
       imgs: [...b.querySelectorAll("img")].map(i => [i.getAttribute("src"), i.complete && i.naturalWidth > 0])};"""

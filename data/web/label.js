@@ -80,12 +80,12 @@ function show() {
   document.getElementById("bar").style.width = (100 * done / D.rows.length) + "%";
   const paths = String(r.image || "").split(";").filter(Boolean);
   const box = document.getElementById("item");
-  box.replaceChildren(el("div", "imgs", ...paths.map((p, i) => figure(p, i, paths.length))), el("div", "question", r.question ?? ""));
-  if (r.text) box.append(el("div", "text", r.text));
-  if (D.show_verdict && r.judge_verdict) box.append(el("p", null, "judge's verdict: ", el("b", null, r.judge_verdict)));
   const invalid = !S.labels[r.key] && r.key in INVALID;
-  if (invalid) box.append(el("p", "invalid", "labels.csv has ", el("b", null, INVALID[r.key]),
-                             " for this item: not one of the allowed labels, so it is not counted. Choose a label."));
+  box.replaceChildren(invalid ? el("p", "invalid", "labels.csv has ", el("b", null, INVALID[r.key]),
+                                   " for this item: not one of the allowed labels, so it is not counted. Choose a label.") : "",
+                      el("div", "imgs", ...paths.map((p, i) => figure(p, i, paths.length))), el("div", "question", r.question ?? ""));
+  if (r.text) box.append(el("div", "text", r.text));
+  if (D.show_verdict && r.judge_verdict) box.append(el("p", "verdict", "judge's verdict: ", el("b", null, r.judge_verdict)));
   for (const b of document.querySelectorAll("#buttons button[data-label]")) b.classList.toggle("chosen", S.labels[r.key] === b.dataset.label);
   Object.assign(document.body.dataset, {pos: S.pos, labelled: done, invalid: bad, key: r.key, itemInvalid: invalid ? "1" : "0"});
 }

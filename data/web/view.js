@@ -54,9 +54,12 @@ function verdictLine(it) {
   const [who, p] = D.verdict_label || ["judge", "p"];
   const line = el("div", "verdict", `${who}: `, mark(el("b", null, it.verdict), "verdict"));
   if (it.prob == null) return line;
-  line.append(shown(` · ${p} ${(+it.prob).toFixed(2)}`));
   const d = D.decision;
-  if (d) line.append(shown(` ${it.verdict === d.positive ? ">" : "≤"} ${(+d.p_threshold).toFixed(2)}, the threshold of ${d.rule}`));
+  // with a threshold: as many decimals as it takes to tell the probability from the threshold (0.846 ≤ 0.848)
+  let k = 2;
+  while (d && k < 6 && (+it.prob).toFixed(k) === (+d.p_threshold).toFixed(k)) k++;
+  line.append(shown(` · ${p} ${(+it.prob).toFixed(k)}`));
+  if (d) line.append(shown(` ${it.verdict === d.positive ? ">" : "≤"} ${(+d.p_threshold).toFixed(k)}, the threshold of ${d.rule}`));
   return line;
 }
 
