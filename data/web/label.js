@@ -87,7 +87,8 @@ function show() {
   if (r.text) box.append(el("div", "text", r.text));
   if (D.show_verdict && r.judge_verdict) box.append(el("p", "verdict", "judge's verdict: ", el("b", null, r.judge_verdict)));
   for (const b of document.querySelectorAll("#buttons button[data-label]")) b.classList.toggle("chosen", S.labels[r.key] === b.dataset.label);
-  Object.assign(document.body.dataset, {pos: S.pos, labelled: done, invalid: bad, key: r.key, itemInvalid: invalid ? "1" : "0"});
+  Object.assign(document.body.dataset, {pos: S.pos, labelled: done, invalid: bad, key: r.key,
+                                        itemInvalid: invalid ? "1" : "0"});
 }
 
 function label(v) {
