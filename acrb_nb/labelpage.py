@@ -4,23 +4,37 @@
 
 # %% ../nbs/07b_labelpage.ipynb #fc8d3592
 from __future__ import annotations
-import base64, html, io, json
+import base64, hashlib, html, io, json
 from pathlib import Path
 import pandas as pd
 from .core import atomic_write, data_path
 
 # %% auto #0
-__all__ = ['CSP', 'LABELS_CSV', 'SAMPLE_JSON', 'LABELS_HTML', 'json_island', 'html_page', 'read_sample_folder', 'labelling_page',
-           'label_studio_config', 'label_studio_export', 'read_label_studio']
+__all__ = ['LABELS_CSV', 'SAMPLE_JSON', 'LABELS_HTML', 'csp', 'json_island', 'html_text', 'html_page', 'read_sample_folder',
+           'invalid_labels', 'invalid_note', 'labelling_page', 'label_studio_config', 'label_studio_export',
+           'read_label_studio']
 
 # %% ../nbs/07b_labelpage.ipynb #6627ac39
-CSP = ("default-src 'none'; img-src 'self' data: file:; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
-       "connect-src 'none'; form-action 'none'")
+def csp(script:str, # the page's one inline script
+       )->str:
+    "The pages' Content-Security-Policy: no request leaves the page, and of all scripts only `script` (by its SHA-256) runs."
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
+    return ("default-src 'none'; img-src 'self' data: file:; style-src 'unsafe-inline'; "
+            f"script-src 'sha256-{digest}'; connect-src 'none'; form-action 'none'; base-uri 'none'")
+
+_JSON_ESCAPES = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
 
 def json_island(data, # JSON-serializable
                )->str:
-    "`data` as JSON that is safe inside a <script> element (no `</` can close it)."
-    return json.dumps(data, ensure_ascii=False, allow_nan=False).replace("</", "<\\/")
+    "`data` as JSON that stays text inside any <script> element: `<`, `>`, `&`, U+2028 and U+2029 as `\\u` escapes."
+    s = json.dumps(data, ensure_ascii=False, allow_nan=False)
+    for c, e in _JSON_ESCAPES: s = s.replace(c, e)   # outside strings JSON has none of them: only strings change
+    return s
+
+def html_text(s, # any value (shown as str)
+             )->str:
+    "`s` as HTML text or attribute value: markup characters escaped, NUL shown as U+FFFD (as the pages' scripts show it)."
+    return html.escape(str(s)).replace("\x00", "\ufffd")
 
 def html_page(title:str, # the page's title (escaped here)
               header:str, # HTML of the header's body (below the title)
@@ -32,9 +46,9 @@ def html_page(title:str, # the page's title (escaped here)
     css = data_path("web", "page.css").read_text(encoding="utf-8")
     js = data_path("web", script).read_text(encoding="utf-8")
     return (f"<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
-            f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{html.escape(title)}</title>"
-            f"<style>{css}</style></head>\n<body><header><h1>{html.escape(title)}</h1>{header}</header>\n{body}\n"
+            f"<meta http-equiv='Content-Security-Policy' content=\"{csp(js)}\">"
+            f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{html_text(title)}</title>"
+            f"<style>{css}</style></head>\n<body><header><h1>{html_text(title)}</h1>{header}</header>\n{body}\n"
             f"<script type='application/json' id='acrb-data'>{json_island(data)}</script>\n<script>{js}</script>\n</body></html>\n")
 
 # %% ../nbs/07b_labelpage.ipynb #112eb065
@@ -50,6 +64,29 @@ def read_sample_folder(folder, # a folder written by `export_for_labelling`
     df = pd.read_csv(folder / LABELS_CSV, dtype=str, keep_default_na=False, encoding="utf-8-sig")
     return df, json.loads((folder / SAMPLE_JSON).read_text(encoding="utf-8"))
 
+def invalid_labels(df:pd.DataFrame, # rows of labels.csv (as `read_sample_folder` reads them)
+                   labels, # the sample's allowed labels
+                  )->pd.DataFrame:
+    "Rows whose human_label is filled but not an allowed label, compared as `import_labels` does (trimmed, any case)."
+    allowed = {str(l).strip().lower() for l in labels}
+    lab = df["human_label"].astype(str).str.strip() if "human_label" in df else pd.Series("", index=df.index, dtype=str)
+    return df.loc[(lab != "") & ~lab.str.lower().isin(allowed), ["key", "human_label"]]
+
+def _short(v, n:int=40)->str:
+    v = str(v)
+    return v if len(v) <= n else v[:n - 1] + "…"
+
+def invalid_note(bad:pd.DataFrame, # from `invalid_labels`
+                 labels, # the sample's allowed labels
+                 n:int=3, # keys named
+                )->str:
+    "What to tell the labeller about invalid labels: how many, the first keys and values, the allowed values, the fix."
+    ex = ", ".join(f"{_short(k)} = {_short(v)!r}" for k, v in zip(bad["key"][:n], bad["human_label"][:n]))
+    allowed = "[" + ", ".join(repr(_short(l)) for l in list(labels)[:10]) + (", …]" if len(labels) > 10 else "]")
+    return (f"labels.csv holds {len(bad)} label(s) outside the allowed values {allowed} ({ex}{', …' if len(bad) > n else ''}): "
+            "they are marked on their items and not counted as labelled; choose a label on the page (or clear the cell) "
+            "before import_labels")
+
 def labelling_page(folder, # a folder written by `export_for_labelling`
                    title:str|None=None, # the page's title (None: from the sample)
                   )->Path:
@@ -59,10 +96,12 @@ def labelling_page(folder, # a folder written by `export_for_labelling`
     title = title or f"Label {len(df)} items · task {meta['task']} · sample {meta['sample_id']}"
     data = {"sample_id": meta["sample_id"], "task": meta["task"], "labels": list(meta["labels"]),
             "show_verdict": bool(meta.get("show_verdict")), "columns": list(df.columns), "rows": df.to_dict("records")}
-    header = (f"<p class='meta'>Allowed labels: {html.escape(', '.join(meta['labels']))}. Keys: <kbd>1</kbd>…"
-              f"<kbd>{len(meta['labels'])}</kbd> label, <kbd>→</kbd> skip, <kbd>←</kbd> back, <kbd>d</kbd> download. "
+    header = (f"<p class='meta'>Allowed labels: {html_text(', '.join(meta['labels']))}. Keys: <kbd>1</kbd>…"
+              f"<kbd>{min(9, len(meta['labels']))}</kbd> label, <kbd>→</kbd> skip, <kbd>←</kbd> back, <kbd>d</kbd> download. "
               "Your labels stay in this browser until you download labels.csv; save it over the labels.csv beside this "
               "page and run <code>import_labels</code>.</p>")
+    bad = invalid_labels(df, meta["labels"])
+    if len(bad): header += f"<p class='meta note'>{html_text(invalid_note(bad, meta['labels']))}</p>"
     body = ("<div id='labeller'><label>Your name (optional, recorded as labeller) <input id='who' size='20'></label>"
             "<div id='status'></div><div id='progress'><div id='bar'></div></div><div id='item'></div>"
             "<div id='buttons'></div></div>")

@@ -7,15 +7,17 @@ from __future__ import annotations
 import argparse, base64, dataclasses, functools, html, io, json, math, os, sys
 from pathlib import Path
 import pandas as pd
-from .core import atomic_write, file_sha256, redact, utcnow
+from .core import atomic_write, file_sha256, redact, secret_values, utcnow
 from .store import ItemStore
 from .labels import labels_frame, sample_ids
-from .labelpage import LABELS_HTML, SAMPLE_JSON, html_page, label_studio_export, labelling_page
+from .labelpage import (LABELS_HTML, SAMPLE_JSON, html_page, html_text, invalid_labels, invalid_note,
+                               label_studio_export, labelling_page, read_sample_folder)
 from .acrb.gallery import RedactionPolicy, redaction_reason
 
 # %% auto #0
-__all__ = ['ACRB_FACETS', 'IAT_FACETS', 'TOXICITY_FACETS', 'LOADERS', 'ViewData', 'human_labels', 'acrb_items', 'iat_items',
-           'toxicity_items', 'load_view', 'thumb_url', 'view_html', 'write_view', 'view_href', 'view_link', 'main']
+__all__ = ['ACRB_FACETS', 'IAT_FACETS', 'TOXICITY_FACETS', 'DECISION_JSON', 'LOADERS', 'ViewData', 'human_labels', 'acrb_items',
+           'iat_items', 'record_decision', 'toxicity_items', 'load_view', 'thumb_url', 'view_html', 'write_view',
+           'view_href', 'view_link', 'main']
 
 # %% ../nbs/93_view.ipynb #68e2326f
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +30,7 @@ class ViewData:
     facets: tuple # (column, label) pairs the page filters on
     notes: tuple = () # what the reader should know (an unfinished run, a missing source photo, ...)
     verdict_label: tuple = ("judge", "p") # how a card names the verdict and its probability
+    decision: dict|None = None # the rule behind the verdict, shown on every card: {positive, p_threshold, threshold, rule}
 
 def _read_spec(run_dir:Path)->dict:
     if not (run_dir / "spec.json").exists():
@@ -43,6 +46,11 @@ def human_labels(store:ItemStore|None, # the run's item store
         f = labels_frame(store, sid)
         out.update(zip(f["key"], f["label"]))
     return out
+
+def _redactor():
+    "`core.redact` for many short texts: the environment's secrets read once; an empty text is None."
+    env = secret_values()
+    return lambda s: (redact(str(s), env=env) or None) if s is not None and str(s) else None
 
 def _clean(v):
     "A value as JSON shows it: NaN and NA as None, numpy scalars as Python ones, long texts kept."
@@ -71,6 +79,11 @@ def _acrb_frame(run_dir:Path, store:ItemStore|None)->tuple:
                 "shown, without the judges' verdicts" + (f"; {failed} failed call(s) are not shown until the run is resumed."
                                                          if failed else "."),)
 
+def _is_file(p:Path)->bool:
+    "Whether `p` is a file; False for a name no file can have (too long, a NUL: a run's fields can hold any text)."
+    try: return p.is_file()
+    except (OSError, ValueError): return False
+
 def _source_file(spec:dict, run_dir:Path, source_id, sha)->Path|None:
     "The I2I source photo of an item, if a file with its SHA-256 is found."
     from acrb_nb.acrb.sources import DEFAULT_SOURCES
@@ -79,7 +92,7 @@ def _source_file(spec:dict, run_dir:Path, source_id, sha)->Path|None:
     roots += [run_dir / roots[0]] if not roots[0].is_absolute() else []
     for r in [*roots, Path(DEFAULT_SOURCES)]:
         f = r / source_id
-        if f.is_file() and (not sha or _sha_of(str(f.resolve()), f.stat().st_mtime_ns) == sha): return f
+        if _is_file(f) and (not sha or _sha_of(str(f.resolve()), f.stat().st_mtime_ns) == sha): return f
     return None
 
 @functools.lru_cache(maxsize=4096)
@@ -104,7 +117,7 @@ def acrb_items(run_dir:Path, # an ACRB run folder
               )->ViewData:
     "Every Stage II item of an ACRB run with its Stage III columns (when written), image(s) and redaction."
     df, notes = _acrb_frame(run_dir, store)
-    human, rows, missing = human_labels(store), [], 0
+    human, rows, missing, red = human_labels(store), [], 0, _redactor()
     for r in (_clean(r) for r in df.to_dict("records")):
         why = redaction_reason(r, policy)
         imgs = []
@@ -115,7 +128,7 @@ def acrb_items(run_dir:Path, # an ACRB run folder
         if r.get("image"): imgs.append({"path": run_dir / r["image"], "caption": "edit" if r.get("mode") == "i2i" else "image",
                                         "redacted": why})
         rows.append({**{c: r.get(c) for c, _ in ACRB_FACETS}, "key": r["key"], "text": r.get("text"),
-                     "reason": redact(str(r.get("reason") or "")) or None, "verdict": r.get("judge_cue"),
+                     "reason": red(r.get("reason")), "verdict": r.get("judge_cue"),
                      "prob": _judge_prob(r), "human": human.get(r["key"]), "images": imgs,
                      "extra": {c: r.get(c) for c in _ACRB_EXTRA if r.get(c) is not None}})
     if missing: notes += (f"{missing} I2I source photo(s) were not found (looked in the run's source_dir and the shipped "
@@ -137,10 +150,10 @@ def _blob_roots(run_dir:Path, spec:dict)->list:
 
 def _iat_image(p:str, sha, run_dir:Path, roots:list)->Path|None:
     for f in (Path(p), run_dir / p):
-        if f.is_file(): return f
+        if _is_file(f): return f
     for r in roots:
         f = r / sha[:2] / f"{sha}.png" if sha else None
-        if f is not None and f.is_file(): return f
+        if f is not None and _is_file(f): return f
     return None
 
 def iat_items(run_dir:Path, # an IAT run folder
@@ -152,8 +165,9 @@ def iat_items(run_dir:Path, # an IAT run folder
     files = sorted(run_dir.glob("iat_results_*.jsonl"))
     if not files: raise FileNotFoundError(f"{run_dir} has no iat_results_*.jsonl: the study has not finished a pass yet "
                                           "(run iat_study again on this run_dir to resume it)")
-    roots, human, rows, missing = _blob_roots(run_dir, spec), human_labels(store), [], 0
-    for line in (l for f in files for l in f.read_text(encoding="utf-8").splitlines() if l.strip()):
+    roots, human, rows, missing, red = _blob_roots(run_dir, spec), human_labels(store), [], 0, _redactor()
+    # one trial a line: split at "\n" only (str.splitlines also splits at U+2028 inside a model's answer)
+    for line in (l for f in files for l in f.read_text(encoding="utf-8").split("\n") if l.strip()):
         t = json.loads(line)
         shas = t.get("image_sha256") or [None] * len(t.get("images") or [])
         paths = [_iat_image(p, s, run_dir, roots) for p, s in zip(t.get("images") or [], shas)]
@@ -162,7 +176,7 @@ def iat_items(run_dir:Path, # an IAT run folder
         rows.append({"key": t["key"], "pair_id": t.get("pair_id"), "condition": t.get("condition"), "outcome": t.get("outcome"),
                      "verdict": group, "prob": (t["confidence"] / 100 if isinstance(t.get("confidence"), (int, float)) else None),
                      "human": human.get(t["key"]), "text": t.get("instruction"), "answer": t.get("model_response"),
-                     "reason": redact(str(t.get("error") or "")) or None,
+                     "reason": red(t.get("error")),
                      "images": [{"path": p, "caption": f"image {i + 1}" if len(paths) > 1 else "profile", "redacted": None}
                                 for i, p in enumerate(paths)],
                      "extra": {k: _clean(t.get(k)) for k in _IAT_EXTRA if t.get(k) is not None}})
@@ -172,6 +186,24 @@ def iat_items(run_dir:Path, # an IAT run folder
 # %% ../nbs/93_view.ipynb #bcbd52b4
 TOXICITY_FACETS = (("gold", "gold label"), ("verdict", "prediction"), ("outcome", "outcome"), ("identities", "identity"),
                    ("human", "human label"))
+DECISION_JSON = "decision_threshold.json"
+
+def record_decision(run_dir, # a toxicity run folder
+                    threshold:float, # predict the positive label when score (log-odds) > threshold
+                    rule:str, # how it was chosen, e.g. "score > t (youden, calibration split)"
+                   )->Path:
+    "Write the run's decision rule into `decision_threshold.json`; the viewer's predictions follow it."
+    if not math.isfinite(float(threshold)): raise ValueError(f"threshold={threshold}: pass the finite log-odds threshold chosen")
+    return atomic_write(Path(run_dir) / DECISION_JSON, json.dumps({"threshold": float(threshold), "rule": str(rule)}, indent=1))
+
+def _decision(run_dir:Path, df:pd.DataFrame)->tuple:
+    "(threshold on the score, the rule's name): the recorded rule, else contextual calibration, else score > 0."
+    if (run_dir / DECISION_JSON).exists():
+        d = json.loads((run_dir / DECISION_JSON).read_text(encoding="utf-8"))
+        return float(d["threshold"]), f"{d['rule']}, recorded by the report"
+    cf = (df["score"] - df["score_cc"]).dropna() if "score_cc" in df else ()
+    if len(cf): return float(cf.iloc[0]), "contextual calibration (score above the content-free input's)"
+    return 0.0, "score > 0"
 
 def _dataset_texts(spec:dict)->tuple:
     from acrb_nb.data import load_dataset_normalized
@@ -187,7 +219,7 @@ def toxicity_items(run_dir:Path, # a toxicity run folder
                    store:ItemStore|None, # its item store
                    policy:RedactionPolicy=RedactionPolicy(), # unused: no images
                   )->ViewData:
-    "Every scored row of a toxicity run with its text, gold label, prediction and identity groups."
+    "Every scored row of a toxicity run with its text, gold label, prediction (at the run's threshold) and identity groups."
     from acrb_nb.toxicity.prompts import get_task
     p = run_dir / "zs_preds.parquet"
     if not p.exists(): raise FileNotFoundError(f"{run_dir} has no zs_preds.parquet: the scoring has not finished (run the "
@@ -198,15 +230,19 @@ def toxicity_items(run_dir:Path, # a toxicity run folder
     texts, notes = _dataset_texts(spec)
     after = list(df.columns[list(df.columns).index("label") + 1:]) if "label" in df else []
     ids = [c for c in after if pd.api.types.is_numeric_dtype(df[c]) and df[c].between(0, 1).all()]
-    pred = "pred_cc" if "pred_cc" in df else "pred"
+    t, rule = _decision(run_dir, df)
+    p_t = 1 / (1 + math.exp(-t)) if t > -700 else 0.0
     human, rows = human_labels(store), []
     for r in (_clean(r) for r in df.to_dict("records")):
-        rows.append({"key": r["key"], "gold": name.get(r.get("label")), "verdict": name.get(r.get(pred)) if r.get("scored") else None,
+        ok = bool(r.get("scored")) and r.get("score") is not None
+        rows.append({"key": r["key"], "gold": name.get(r.get("label")), "verdict": name[int(r["score"] > t)] if ok else None,
                      "outcome": "scored" if r.get("scored") else "refused", "identities": [c for c in ids if (r.get(c) or 0) >= 0.5],
                      "prob": r.get("prob"), "human": human.get(r["key"]), "text": texts.get(r["idx"]), "reason": None, "images": [],
-                     "extra": {k: r.get(k) for k in ("idx", "score", "score_cc", "lp_pos", "lp_neg", "truncated", pred)
+                     "extra": {k: r.get(k) for k in ("idx", "score", "score_cc", "lp_pos", "lp_neg", "truncated", "pred", "pred_cc")
                                if r.get(k) is not None}})
-    return ViewData("toxicity", run_dir, spec, pd.DataFrame(rows), TOXICITY_FACETS, notes, ("model", f"P({task.positive})"))
+    notes += (f"Predictions: {task.positive} when P({task.positive}) > {p_t:.3f} (score > {t:+.3f}), the threshold of {rule}.",)
+    return ViewData("toxicity", run_dir, spec, pd.DataFrame(rows), TOXICITY_FACETS, notes, ("model", f"P({task.positive})"),
+                    {"positive": task.positive, "p_threshold": p_t, "threshold": t, "rule": rule})
 
 # %% ../nbs/93_view.ipynb #5ae8352c
 LOADERS = {"acrb": acrb_items, "iat": iat_items, "toxicity": toxicity_items}
@@ -231,7 +267,7 @@ def thumb_url(path, # image file (None or missing: a grey tile)
     "A JPEG data URL of an image's thumbnail (aspect kept), blurred when asked (the blur scales with the thumbnail)."
     from PIL import Image, ImageFilter
     p = Path(path) if path else None
-    im = Image.open(p).convert("RGB") if p is not None and p.is_file() else Image.new("RGB", (size, size), (230, 230, 230))
+    im = Image.open(p).convert("RGB") if p is not None and _is_file(p) else Image.new("RGB", (size, size), (230, 230, 230))
     im.thumbnail((size, size))
     if blur: im = im.filter(ImageFilter.GaussianBlur(blur * max(im.size) / 96))
     buf = io.BytesIO()
@@ -253,12 +289,18 @@ def _embed(items:pd.DataFrame, size:int, radius:float)->tuple:
     return out, urls
 
 # %% ../nbs/93_view.ipynb #77a07393
+def _href(rel:str)->str:
+    "A relative link that no browser reads as a URL scheme: `javascript:x/view.html` → `./javascript:x/view.html`."
+    rel = Path(rel).as_posix()
+    return "./" + rel if ":" in rel.split("/")[0] else rel
+
 def view_html(v:ViewData, # from `load_view`
               policy:RedactionPolicy=RedactionPolicy(), # what was blurred (stated on the page)
               size:int=128, # thumbnail side in pixels
               links:dict|None=None, # text -> relative URL shown in the header (the run's labelling pages)
+              page_size:int=60, # cards per page (the rest of the items wait in the page's data)
              )->str:
-    "The viewer page of a run: every item, a filter per facet, a search box, counts."
+    "The viewer page of a run: every item, a filter per facet, a search box, counts, one page of cards at a time."
     imgs, urls = _embed(v.items, size, policy.radius)
     cols = [c for c, _ in v.facets] + ["key", "text", "answer", "reason", "verdict", "prob", "human", "extra"]
     items = [{**_clean({c: r.get(c) for c in cols}), "images": im} for r, im in zip(v.items.to_dict("records"), imgs)]
@@ -269,21 +311,24 @@ def view_html(v:ViewData, # from `load_view`
     title = " · ".join(str(x) for x in (f"{v.kind} run {run_id or v.run_dir.name}", spec.get("model"), mode) if x)
     red = ("Images from sensitive domains ({}) and images a safety checker flagged are blurred.".format(", ".join(policy.domains))
            if policy.redact else "Redaction off: images are shown as generated.") if v.kind == "acrb" else ""
-    header = (f"<p class='meta'>{len(items)} items · study {html.escape(str(spec.get('study')))} · model "
-              f"{html.escape(str(spec.get('model')))} · seed {html.escape(str(spec.get('seed')))} · written {utcnow()} by "
-              f"acrb-view. {html.escape(red)}</p>")
-    header += "".join(f"<p class='meta'><a href='{html.escape(u)}'>{html.escape(t)}</a></p>" for t, u in (links or {}).items())
-    header += "".join(f"<p class='meta note'>{html.escape(n)}</p>" for n in v.notes)
+    header = (f"<p class='meta'>{len(items)} items · study {html_text(spec.get('study'))} · model "
+              f"{html_text(spec.get('model'))} · seed {html_text(spec.get('seed'))} · written {utcnow()} by "
+              f"acrb-view. {html_text(red)}</p>")
+    header += "".join(f"<p class='meta'><a href='{html_text(_href(u))}'>{html_text(t)}</a></p>" for t, u in (links or {}).items())
+    header += "".join(f"<p class='meta note'>{html_text(n)}</p>" for n in v.notes)
     body = ("<div id='controls'><label>search <input id='q' type='search' size='24' placeholder='prompt, reason, key…'>"
-            "</label><span id='count'></span></div><div id='items'></div>")
+            "</label><span id='pager'><button id='prev' title='previous page (←)'>◀</button> <span id='page'></span> "
+            "<button id='next' title='next page (→)'>▶</button> <span id='pages'></span></span><span id='count'></span></div>"
+            "<div id='items'></div>")
     data = {"kind": v.kind, "facets": [{"field": c, "label": l} for c, l in v.facets], "items": items, "images": urls, "size": size,
-            "verdict_label": list(v.verdict_label)}
+            "verdict_label": list(v.verdict_label), "decision": v.decision, "page_size": int(page_size)}
     return html_page(title, header, body, data, "view.js")
 
 def write_view(run_dir, # a run folder
                out=None, # the page (None: RUN_DIR/view.html)
                *, redact_images:bool=True, # blur sensitive-domain and flagged images (as the reports do)
                size:int=128, # thumbnail side in pixels
+               page_size:int=60, # cards per page
               )->Path:
     "Write the run viewer page and return its path."
     policy = RedactionPolicy(redact=redact_images)
@@ -293,7 +338,7 @@ def write_view(run_dir, # a run folder
     links = {}
     for f in sorted(Path(run_dir).glob(f"*/{LABELS_HTML}")):
         links[f"Label the sample in {f.parent.name}/ ({LABELS_HTML})"] = os.path.relpath(f, out.parent.resolve())
-    atomic_write(out, view_html(v, policy, size, links))
+    atomic_write(out, view_html(v, policy, size, links, page_size))
     return out
 
 # %% ../nbs/93_view.ipynb #03b3b21d
@@ -302,7 +347,7 @@ def view_href(page, # the page `write_view` wrote
     "(href relative to the report's HTML (`ACRB_REPORT_HTML`) or the current folder, the path shown: relative to the current folder)."
     page, here = Path(page).resolve(), Path.cwd().resolve()
     base = Path(os.environ["ACRB_REPORT_HTML"]).resolve().parent if os.environ.get("ACRB_REPORT_HTML") else here
-    try: return Path(os.path.relpath(page, base)).as_posix(), Path(os.path.relpath(page, here)).as_posix()
+    try: return _href(os.path.relpath(page, base)), Path(os.path.relpath(page, here)).as_posix()
     except ValueError: return page.name, page.name   # another drive (Windows)
 
 def view_link(page, # the page `write_view` wrote
@@ -322,6 +367,7 @@ def _parser()->argparse.ArgumentParser:
     p.add_argument("--out", help="where to write the run viewer (default: FOLDER/view.html)")
     p.add_argument("--no-redact", action="store_true", help="show sensitive-domain and flagged images unblurred")
     p.add_argument("--size", type=int, default=128, help="thumbnail side in pixels (default 128)")
+    p.add_argument("--page-size", type=int, default=60, help="cards per page of the run viewer (default 60)")
     p.add_argument("--label-studio", action="store_true", help="labelling export: also write Label Studio tasks and config")
     p.add_argument("--image-url", help="with --label-studio: URL prefix of the images (default: embed them)")
     return p
@@ -336,9 +382,11 @@ def main(argv=None)->int:
     try:
         if (folder / SAMPLE_JSON).exists():
             written = [labelling_page(folder)]
+            rows, meta = read_sample_folder(folder)
+            if len(bad := invalid_labels(rows, meta["labels"])): print(f"acrb-view: {invalid_note(bad, meta['labels'])}", file=sys.stderr)
             if a.label_studio: written += list(label_studio_export(folder, image_url=a.image_url))
         elif a.label_studio: raise FileNotFoundError(f"{folder} has no {SAMPLE_JSON}: --label-studio takes a labelling export")
-        else: written = [write_view(folder, a.out, redact_images=not a.no_redact, size=a.size)]
+        else: written = [write_view(folder, a.out, redact_images=not a.no_redact, size=a.size, page_size=a.page_size)]
     except (FileNotFoundError, ValueError) as e:
         print(f"acrb-view: error: {e}", file=sys.stderr)
         return 2
