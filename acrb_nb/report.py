@@ -24,62 +24,13 @@ from .params import NO_DEFAULT, ParameterError, SecretParameterError, parse_valu
 from .checks import prepare_parameters  # every input checked before anything is written (89a_checks)
 
 # %% auto #0
-__all__ = ['HEADLINE_MIME', 'STOP_MIME', 'REPORT_CSS', 'REPORT_CSP', 'STUDIES', 'check_secrets', 'scan_for_secrets', 'headline',
-           'read_headlines', 'stop_report', 'build_index', 'ReportResult', 'progress_printer', 'report_stem',
-           'render_report', 'find_nbs', 'resolve_template', 'execution_parameters', 'compare_parameters', 'main']
+__all__ = ['HEADLINE_MIME', 'STOP_MIME', 'REPORT_CSS', 'REPORT_CSP', 'STUDIES', 'headline', 'read_headlines', 'stop_report',
+           'build_index', 'ReportResult', 'progress_printer', 'report_stem', 'render_report', 'find_nbs',
+           'resolve_template', 'execution_parameters', 'compare_parameters', 'main']
 
-# %% ../nbs/90_report.ipynb #81fed1ae
-from .core import REDACTED, KEY_PATTERNS, secret_values, check_no_secrets  # one set of secret rules for the whole toolkit
+# %% ../nbs/90_report.ipynb #339f9438
 from .core import safe_name, parse_yaml  # one file-name rule, one strict YAML reader
-
-# %% ../nbs/90_report.ipynb #8c1eb52d
-def check_secrets(params: Mapping[str, Any], # report parameters about to be passed to a template
-                  env: Mapping[str, str] | None = None, # environment to compare values with; `os.environ` by default
-                 ) -> None:
-    "Raise `SecretParameterError` if a parameter name or value looks like a credential (see `core.check_no_secrets`)."
-    check_no_secrets(params, "report parameters", env, SecretParameterError)
-
-# %% ../nbs/90_report.ipynb #6056bcd7
-def _variants(value: str) -> set[bytes]:
-    "A secret as it may appear in a file: raw, JSON-escaped, HTML-escaped."
-    js = json.dumps(value)[1:-1]
-    return {s.encode() for s in {value, js, html.escape(value), html.escape(js), html.escape(value, quote=False)}}
-
-def _files(paths):
-    for p in [paths] if isinstance(paths, (str, Path)) else paths:
-        p = Path(p)
-        if p.is_dir(): yield from sorted(q for q in p.rglob("*") if q.is_file())
-        elif p.is_file(): yield p
-
-def scan_for_secrets(paths, # a file, a folder (searched recursively) or a list of them
-                     redact: bool = False, # replace each hit with `***REDACTED***` in text files
-                     env: Mapping[str, str] | None = None, # environment whose secrets to look for; `os.environ` by default
-                    ) -> list[dict]:
-    "Find (and optionally redact) secret env values and provider-shaped API keys in files."
-    secrets = {name: _variants(v) for name, v in secret_values(env).items()}
-    hits = []
-    for path in _files(paths):
-        data = path.read_bytes()
-        found, masked = {}, data
-        for name, variants in secrets.items():  # longest form first, so a hit is counted once
-            for v in sorted(variants, key=len, reverse=True):
-                if n := masked.count(v):
-                    found[name] = found.get(name, 0) + n
-                    masked = masked.replace(v, REDACTED.encode())
-        for name, rx in KEY_PATTERNS.items():  # provider-shaped keys not already found as an env value
-            if n := len(rx.findall(masked)):
-                found[name] = n
-                masked = rx.sub(REDACTED.encode(), masked)
-        if not found: continue
-        redacted = False
-        if redact:
-            try:
-                data.decode("utf-8")
-                redacted = True
-            except UnicodeDecodeError: pass  # binary: report, do not corrupt
-            if redacted: path.write_bytes(masked)
-        hits += [dict(path=str(path), name=name, count=n, redacted=redacted) for name, n in found.items()]
-    return hits
+from .secret_scan import REDACTED, check_secrets, scan_for_secrets  # keys never reach a report (90a_secret_scan)
 
 # %% ../nbs/90_report.ipynb #fb91cd56
 HEADLINE_MIME = "application/vnd.acrb.headline+json"

@@ -18,7 +18,7 @@ LAYERS = [
     ("adapters", ["adapters"]),
     ("execution", ["ray_exec", "execution", "validation", "labelpage", "labels", "planning"]),
     ("studies", ["acrb", "toxicity", "fairness", "iat"]),
-    ("reports", ["report", "smoke", "params", "checks", "view"]),
+    ("reports", ["report", "secret_scan", "smoke", "params", "checks", "view"]),
 ]
 STUDIES = {"acrb", "toxicity", "fairness", "iat"}
 MAX_LINE = 140
