@@ -24,9 +24,9 @@ from .params import NO_DEFAULT, ParameterError, SecretParameterError, parse_valu
 from .checks import prepare_parameters  # every input checked before anything is written (89a_checks)
 
 # %% auto #0
-__all__ = ['HEADLINE_MIME', 'STOP_MIME', 'REPORT_CSS', 'REPORT_CSP', 'STUDIES', 'headline', 'read_headlines', 'stop_report',
-           'build_index', 'ReportResult', 'progress_printer', 'report_stem', 'render_report', 'find_nbs',
-           'resolve_template', 'execution_parameters', 'compare_parameters', 'main']
+__all__ = ['HEADLINE_MIME', 'STOP_MIME', 'REPORT_CSS', 'REPORT_CSP', 'STUDIES', 'headline', 'read_headlines', 'md_text',
+           'md_code', 'stop_report', 'build_index', 'ReportResult', 'progress_printer', 'report_stem', 'render_report',
+           'find_nbs', 'resolve_template', 'execution_parameters', 'compare_parameters', 'main']
 
 # %% ../nbs/90_report.ipynb #339f9438
 from .core import safe_name, parse_yaml  # one file-name rule, one strict YAML reader
@@ -82,6 +82,23 @@ def read_headlines(ipynb: str | Path, # an executed report notebook
             out.update({k: v[k] for k in order if k in v})
             out.update(v)
     return out
+
+# %% ../nbs/90_report.ipynb #b45fa1e6
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>&])")
+
+def md_text(s, # any value: a user's string, a name, a number
+           )->str:
+    "`s` for Markdown prose, shown exactly as written: HTML and Markdown characters escaped, NUL as U+FFFD."
+    t = str(s).replace("\x00", "\ufffd")
+    return _MD_SPECIAL.sub(lambda m: {"<": "&lt;", ">": "&gt;", "&": "&amp;"}.get(m[1], "\\" + m[1]), t)
+
+def md_code(s, # any value
+           )->str:
+    "`s` as a Markdown code span, shown exactly as written (a run of backticks inside it is fenced by a longer one)."
+    t = str(s).replace("\x00", "\ufffd")
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", t)), default=0) + 1)
+    pad = " " if t.startswith("`") or t.endswith("`") else ""
+    return f"{fence}{pad}{t}{pad}{fence}"
 
 # %% ../nbs/90_report.ipynb #04945c89
 STOP_MIME = "application/vnd.acrb.stop+json"
