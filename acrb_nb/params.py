@@ -15,7 +15,7 @@ from typing import Any, Mapping
 # %% auto #0
 __all__ = ['NO_DEFAULT', 'Problem', 'did_you_mean', 'attempt', 'format_problems', 'ParameterError', 'SecretParameterError',
            'template_parameters', 'parse_value', 'is_list_parameter', 'list_parameters', 'parameter_problems',
-           'parameters_tail', 'check_parameters', 'absolute_paths']
+           'parameters_tail', 'check_parameters', 'path_exists', 'absolute_paths']
 
 # %% ../nbs/89_params.ipynb #3a4ca807
 @dataclass(frozen=True)
@@ -185,6 +185,15 @@ def check_parameters(params: Mapping[str, Any], # parameters to pass (list param
 
 
 # %% ../nbs/89_params.ipynb #2b8003d0
+def path_exists(p, # a path given by a user: any string
+                kind:str="any", # "any", "file" or "dir"
+               )->bool:
+    "Whether `p` names an existing file or folder; False for a string no file system holds (too long, a NUL in it)."
+    try:
+        q = Path(p).expanduser()
+        return q.is_file() if kind == "file" else q.is_dir() if kind == "dir" else q.exists()
+    except (OSError, ValueError): return False   # ENAMETOOLONG, "embedded null byte": not a file, whatever it is
+
 def _pathlike_name(name:str)->bool: return name in ("out", "preds") or name.endswith(("_dir", "_path", "_file"))
 
 def absolute_paths(params: Mapping[str, Any], # parameters about to be passed to a template
@@ -200,5 +209,5 @@ def absolute_paths(params: Mapping[str, Any], # parameters about to be passed to
             out[k] = str(p)
             continue
         looks = "/" in v or "\\" in v or "." in v
-        if _pathlike_name(k) or (looks and (base / p).exists()): out[k] = str(base / p)
+        if _pathlike_name(k) or (looks and path_exists(base / p)): out[k] = str(base / p)
     return out
