@@ -79,6 +79,21 @@ def test_every_format_reads_as_the_users_own(folder, name):
     assert df.text.str.contains("café").any()  # the encoding was read right (cp1252 in excel_fr.csv)
 
 
+def test_a_file_in_toxigens_columns_is_the_users_not_toxigens(folder, tmp_path):
+    "The issue's case: a file in ToxiGen's columns was credited to ToxiGen (source, licence, label rule, 13 groups)."
+    from acrb_nb.data import card_markdown, load_toxicity_data
+    rows = json.loads((ROOT / "data" / "toxicity" / "toxigen_200.json").read_text())[:30]
+    pd.DataFrame(rows).to_csv(tmp_path / "mine.csv", index=False)
+    df, card = load_toxicity_data("mine.csv", label_col="is_toxic", id_cols="target_group", cwd=tmp_path)
+    text = card_markdown(card, df) + json.dumps(card.to_dict())
+    assert card.own and "ToxiGen" not in text and "CDLA" not in text and "Hartvigsen" not in text
+    assert set(card.identity_columns) == {f"target_group:{g}" for g in pd.DataFrame(rows).target_group}
+    words = pd.DataFrame(rows).assign(is_toxic=lambda d: d.is_toxic.map({True: "toxic", False: "non-toxic"}))
+    words.to_csv(tmp_path / "words.csv", index=False)  # read as ToxiGen only when asked, and words never become 0
+    with pytest.raises(ValueError, match="is_toxic of .*words.csv holds \\['non-toxic', 'toxic'\\]"):
+        load_toxicity_data("toxigen:words.csv", cwd=tmp_path)
+
+
 CASES = [  # (what the user got wrong, parameters, every sentence expected in the problems)
     ("path typo", {"dataset": "mytext.csv"}, ["parameter 'dataset': no such file mytext.csv (read from {folder})"]),
     ("shipped name typo", {"dataset": "toxign"}, ["no such file toxign", "did you mean 'toxigen'?"]),
