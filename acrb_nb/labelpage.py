@@ -61,7 +61,8 @@ def read_sample_folder(folder, # a folder written by `export_for_labelling`
     for name in (LABELS_CSV, SAMPLE_JSON):
         if not (folder / name).exists():
             raise FileNotFoundError(f"{folder / name} is missing; pass a folder written by export_for_labelling")
-    df = pd.read_csv(folder / LABELS_CSV, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    from acrb_nb.tables import read_table  # as import_labels reads it: separator and encoding sniffed
+    df = read_table(folder / LABELS_CSV, what="labels.csv", dtype=str, na_filter=False)
     return df, json.loads((folder / SAMPLE_JSON).read_text(encoding="utf-8"))
 
 def invalid_labels(df:pd.DataFrame, # rows of labels.csv (as `read_sample_folder` reads them)

@@ -127,9 +127,8 @@ def export_for_labelling(sample:LabelSample, # from `sample_items`
 
 # %% ../nbs/07a_labels.ipynb #6fe8c3fd
 def _read_labels_csv(path:Path)->pd.DataFrame:
-    try: df = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
-    except (pd.errors.ParserError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not a readable CSV ({e}); save it as CSV (UTF-8) from your spreadsheet") from e
+    from acrb_nb.tables import read_table  # separator (a ;-separated spreadsheet export) and encoding sniffed; errors name the file
+    df = read_table(path, what="labels.csv", dtype=str, na_filter=False)
     miss = [c for c in ("key", "human_label") if c not in df.columns]
     if miss: raise ValueError(f"{path} lacks column(s) {miss}; columns are {list(df.columns)} — keep the exported header row")
     return df

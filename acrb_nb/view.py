@@ -206,10 +206,12 @@ def _decision(run_dir:Path, df:pd.DataFrame)->tuple:
     return 0.0, "score > 0"
 
 def _dataset_texts(spec:dict)->tuple:
-    from acrb_nb.data import load_dataset_normalized
-    name = str(spec.get("params", {}).get("dataset") or "")
-    try:
-        df = load_dataset_normalized("toxigen", name) if Path(name).exists() else load_dataset_normalized(name)
+    from acrb_nb.data import load_dataset_normalized, load_toxicity_data
+    params = spec.get("params", {})
+    name = str(params.get("dataset") or "")
+    own = {k: params[k] for k in ("text_col", "label_col", "positive_label", "id_cols") if k in params}  # your table's columns
+    try:  # a run made before own tables existed read a file as ToxiGen
+        df = load_dataset_normalized("toxigen", name) if Path(name).exists() and not own else load_toxicity_data(name, **own).frame
         return df["text"], ()
     except Exception as e:   # the page still shows every row's scores
         return pd.Series(dtype=str), (f"The texts could not be read from dataset {name!r} ({type(e).__name__}: {e}).",)

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "acrb_nb"
 # Layers, lowest first: a module may import only from its own layer or lower ones (studies never from each other).
 LAYERS = [
-    ("core", ["core"]),
+    ("core", ["core", "tables"]),
     ("infrastructure", ["store", "runner", "stats", "data", "testing"]),
     ("adapters", ["adapters"]),
     ("execution", ["ray_exec", "execution", "validation", "labelpage", "labels", "planning"]),

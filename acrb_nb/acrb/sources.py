@@ -39,7 +39,8 @@ def load_sources(source_dir, # folder of source images (searched recursively)
         rows.append({"source_id": rel, "path": str(p), "sha256": file_sha256(p), "width": im.width, "height": im.height})
     df = pd.DataFrame(rows)
     if metadata is not None:
-        meta = pd.read_csv(metadata)
+        from acrb_nb.tables import read_table  # the toolkit's one table reader: format, separator and encoding sniffed
+        meta = read_table(metadata, what="metadata")
         if "file" not in meta.columns:
             raise ValueError(f"metadata {metadata} needs a 'file' column (paths relative to {root}); it has {list(meta.columns)}")
         df = df.merge(meta.rename(columns={"file": "source_id"}), on="source_id", how="left")

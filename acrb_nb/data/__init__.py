@@ -11,4 +11,5 @@ from .files import canonical_split, hub_data_files, select_rows, load_table
 from .normalize import *
 from .loaders import *
 from .reference import *
-from . import registry, files, normalize, loaders, reference
+from .texts import load_texts, load_toxicity_data, toxicity_input_problems, split_dataset, card_markdown
+from . import registry, files, normalize, loaders, reference, texts

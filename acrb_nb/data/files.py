@@ -10,6 +10,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 from ..core import rng as _rng
+from ..tables import read_table
 from .registry import DatasetInfo, DatasetCard, LoadedDataset, identity_columns_in
 
 # %% auto #0
@@ -112,9 +113,12 @@ _CSV_KW = dict(keep_default_na=False, na_values=[""], low_memory=False)
 def _read_chunks(src:_Source, stream:bool, chunksize:int)->Iterator:
     "Raw chunks of a source: DataFrames (csv/tsv/parquet/jsonl) or one parsed JSON value."
     obj = src.opener()
+    if src.fmt != "json" and not hasattr(obj, "read"):  # a file on disk (local, or downloaded from the Hub): the one reader
+        yield from (read_table(obj, chunksize=chunksize, what="dataset file") if stream else [read_table(obj, what="dataset file")])
+        return
     fh = obj if hasattr(obj, "read") else None
     try:
-        if src.fmt in ("csv", "tsv"):
+        if src.fmt in ("csv", "tsv"):  # a Hub file streamed through HfFileSystem
             kw = dict(_CSV_KW, sep="\t" if src.fmt == "tsv" else ",")
             if stream:
                 with pd.read_csv(obj, chunksize=chunksize, **kw) as r: yield from r
@@ -125,10 +129,9 @@ def _read_chunks(src:_Source, stream:bool, chunksize:int)->Iterator:
                 for b in pq.ParquetFile(obj).iter_batches(batch_size=chunksize): yield b.to_pandas()
             else: yield pd.read_parquet(obj)
         elif src.fmt == "jsonl":
-            kw = dict(lines=True, dtype=False, convert_dates=False)
             if stream:
-                with pd.read_json(obj, chunksize=chunksize, **kw) as r: yield from r
-            else: yield pd.read_json(obj, **kw)
+                with pd.read_json(obj, chunksize=chunksize, lines=True, dtype=False) as r: yield from r
+            else: yield pd.read_json(obj, lines=True, dtype=False)
         else:
             if fh is not None: yield json.load(fh)
             else:

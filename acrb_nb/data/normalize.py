@@ -251,7 +251,11 @@ def normalize_toxigen(raw, # the shipped sample (list of records / DataFrame) or
     rc = next((c for c in ("toxicity_score", "toxicity_human") if c in df.columns), None)
     rating = _num(df[rc]) if rc else None
     if "is_toxic" in df.columns:
-        label = df["is_toxic"].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0")).to_numpy()
+        flag = df["is_toxic"].map(lambda v: str(v).strip().lower())
+        if bad := sorted(set(flag) - {"true", "false", "1", "0", "1.0", "0.0"}):  # never read words as all 0
+            raise ValueError(f"toxigen: is_toxic of {source} holds {bad[:6]}, not true/false or 1/0 as ToxiGen's does; a table "
+                             f"of your own with word labels is read by load_texts(path, label_col=..., positive_label=...)")
+        label = flag.isin(("true", "1", "1.0")).to_numpy()
     elif rating is not None: label = (rating > 3.0).to_numpy()
     else: raise ValueError(f"toxigen: {source} has neither `is_toxic` nor a rating column (toxicity_human)")
     score = ((rating - 1.0) / 4.0).to_numpy() if rating is not None else label.astype("float64")

@@ -4,11 +4,12 @@
 
 # %% ../../nbs/20a_data.registry.ipynb #a5800892
 from __future__ import annotations
-import dataclasses, re
+import dataclasses, difflib, re
 from pathlib import Path
 from typing import Mapping
 import pandas as pd
 from ..core import data_path
+from ..tables import TABLE_FORMATS
 
 # %% auto #0
 __all__ = ['BASE_COLUMNS', 'JIGSAW_IDENTITIES', 'JIGSAW_PRIMARY', 'JIGSAW_SUBTYPES', 'WILDS_IDENTITIES', 'WILDS_AGGREGATES',
@@ -156,10 +157,20 @@ def dataset_info(name:str, # dataset name or alias (`jigsaw`, `civil`, `wilds`, 
                 )->DatasetInfo:
     "The registry entry of a dataset."
     key = _ALIASES.get(str(name).strip().lower().replace("-", "_"), _ALIASES.get(str(name).strip().lower()))
-    if key is None:
-        raise ValueError(f"unknown dataset {name!r}; known: {sorted(DATASETS)} (aliases: "
-                         f"{sorted(a for a in _ALIASES if a not in DATASETS)})")
+    if key is None: raise ValueError(_not_a_dataset(str(name)))
     return DATASETS[key]
+
+def _not_a_dataset(name:str)->str:
+    "Why `name` is no dataset: a file path that is missing or is your own table, or a name with its close match."
+    p = Path(name).expanduser()
+    if "/" in name or "\\" in name or any(name.lower().endswith(e) for e in (*TABLE_FORMATS, ".gz", ".zip")):
+        where = "" if p.is_absolute() else f" (read from {Path.cwd()})"
+        return (f"{name} is a file, not a registry dataset: read your own texts table with `load_texts({name!r}, text_col=..., "
+                f"label_col=...)`, or pass it to the toxicity report as `-p dataset {name}`" if p.is_file() else
+                f"no such file {name}{where}; a dataset is a registry name ({', '.join(DATASETS)}) or the path of your own table")
+    close = difflib.get_close_matches(name.strip().lower(), list(_ALIASES), n=1, cutoff=0.6)
+    return (f"unknown dataset {name!r}" + (f"; did you mean {_ALIASES[close[0]]!r}?" if close else "") + f" (known: "
+            f"{sorted(DATASETS)}; aliases: {sorted(a for a in _ALIASES if a not in DATASETS)}; your own table: its file path)")
 
 # %% ../../nbs/20a_data.registry.ipynb #709bc770
 MADLIBS_TERMS = (  # (term, category): identity terms of the template set, in the style of Dixon et al. (2018)
@@ -214,6 +225,9 @@ class DatasetCard:
     take: int|None = None # first-rows limit asked for
     seed: int = 0 # seed of `sample` (and of generated sets)
     options: Mapping = dataclasses.field(default_factory=dict) # loader options that shape the rows (task, n_per_template)
+    own: bool = False # a researcher's own table (`load_texts`), not a registry dataset: nothing of the registry applies
+    sha256: str|None = None # SHA-256 of the one file read, when there is one
+    rows: int|None = None # rows of that file (before rows without a label or text are left out)
     def to_dict(self)->dict:
         "JSON-ready dict (lists for tuples)."
         return {**dataclasses.asdict(self), "identity_columns": list(self.identity_columns), "source": list(self.source),

@@ -72,7 +72,8 @@ def fairness_report(df, # predictions table (DataFrame) or a path to a parquet /
     if isinstance(df, (str, Path)):
         p = Path(df)
         if not p.exists(): raise FileNotFoundError(f"predictions file {p} not found")
-        df = pd.read_parquet(p) if p.suffix in (".parquet", ".pq") else pd.read_csv(p)
+        from acrb_nb.tables import read_table  # the toolkit's one table reader: format, separator and encoding sniffed
+        df = read_table(p, what="predictions table")
     id_cols = as_list(id_cols, "id_cols") or []  # "race", "race,sex" or a list: the one rule for list parameters
     if score_col == "auto": score_col = "score" if "score" in df.columns else None  # a table without scores is not an error
     score_col = score_col or None
@@ -102,7 +103,8 @@ def expand_counts(counts, # a table of counts (DataFrame, or a CSV / parquet pat
     "One row per item from a table of counts (the other columns repeated `n` times), e.g. a published confusion table."
     if isinstance(counts, (str, Path)):
         p = Path(counts)
-        counts = pd.read_parquet(p) if p.suffix in (".parquet", ".pq") else pd.read_csv(p)
+        from acrb_nb.tables import read_table  # the toolkit's one table reader: format, separator and encoding sniffed
+        counts = read_table(p, what="table of counts")
     if n_col not in counts.columns: raise ValueError(f"no count column {n_col!r}; columns are {list(counts.columns)} (pass n_col=)")
     n = pd.to_numeric(counts[n_col], errors="raise")
     if (n < 0).any() or (n != n.round()).any(): raise ValueError(f"counts in {n_col!r} must be whole numbers >= 0")

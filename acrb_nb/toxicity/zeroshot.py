@@ -530,13 +530,13 @@ def _content_free(session:ModelSession, # the current call's session (and Ray wo
     return _mean_logodds(_sigmoid(pd.to_numeric(pd.Series([(r or {}).get("score") for r in recs]), errors="coerce")))
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #5a196cf9
-def read_rows(data, # DataFrame, parquet/CSV path, or a list of texts
+def read_rows(data, # DataFrame, a table file (CSV, TSV, parquet, JSONL), or a list of texts
               text_col:str="text", # the column holding the text
              )->pd.DataFrame:
-    "The rows to score or explain, as a DataFrame with a `text_col` column (a list of texts becomes one)."
+    "The rows to score or explain, as a DataFrame with a `text_col` column (a list of texts becomes one; a file: any table)."
     if isinstance(data, (str, Path)):
-        p = Path(data)
-        data = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
+        from acrb_nb.tables import read_table  # the toolkit's one table reader: format, separator and encoding sniffed
+        data = read_table(data, what="rows to score")
     df = pd.DataFrame({text_col: list(data)}) if not isinstance(data, pd.DataFrame) else data
     if text_col not in df.columns:
         raise ValueError(f"column {text_col!r} not in the data; columns are {list(df.columns)} (set text_col=...)")
