@@ -90,6 +90,12 @@ def path_problems(p:Mapping, # the template's parameters
             if k not in skip and (k in INPUT_PATHS or k.endswith("_file")) and isinstance(v, str) and v
             and not path_exists(v)]
 
+def _param_of(message:str, default:str)->str:
+    "The parameter a study's message is about ('parameter \\'label_col\\': …'), else `default`."
+    m = re.match(r"parameter '(\w+)'", message)
+    return m[1] if m else default
+
+
 # %% ../nbs/89a_checks.ipynb #4f5c1299
 def _acrb_problems(p:Mapping)->list:
     from acrb_nb.acrb.prompt_sets import acrb_input_problems
@@ -116,10 +122,8 @@ def _toxicity_problems(p:Mapping)->list:
     from acrb_nb.toxicity.options import ScoreOptions, IGOptions, BASELINES
     from acrb_nb.toxicity.prompts import TASKS
     out = model_problems("toxicity", p)
-    try: from acrb_nb.data import toxicity_input_problems   # the dataset or the user's table, its columns and labels
-    except ImportError: toxicity_input_problems = None
-    if toxicity_input_problems is not None:
-        out += [x if isinstance(x, Problem) else Problem(str(x), "dataset") for x in toxicity_input_problems(p)]
+    from acrb_nb.data import toxicity_input_problems   # a registry dataset or the user's own table: file, columns, labels
+    out += [Problem(m, _param_of(m, "dataset")) for m in toxicity_input_problems(p)]
     out += choice_problems("task", p.get("task", "toxicity"), tuple(TASKS))
     out += number_problems("max_rows", p.get("max_rows"), 4, integer=True, none=True)
     out += number_problems("cal_frac", p.get("cal_frac", 0.5), 0, 1, open_lo=True, open_hi=True)
@@ -132,25 +136,25 @@ def _toxicity_problems(p:Mapping)->list:
 
 # %% ../nbs/89a_checks.ipynb #2fafda89
 def _table_problems(path, param, cols, **kw)->list:
-    try: from acrb_nb.tables import table_problems   # the shared reader: the file, its separator and encoding, its header
-    except ImportError: return path_problems({param: path}, ()) if param in INPUT_PATHS else []
-    return [x if isinstance(x, Problem) else Problem(str(x), param) for x in table_problems(path, param, cols, **kw)]
+    from acrb_nb.tables import table_problems   # the shared reader: the file, its separator and encoding, its header
+    return [Problem(m, _param_of(m, param)) for m in table_problems(path, param, cols, **kw)]
 
 def _fairness_problems(p:Mapping)->list:
     from acrb_nb.fairness.report import FairnessAnalysis
     from acrb_nb.core import as_list, data_path
     out = option_problems(FairnessAnalysis, {"min_group_size": "min_group_size", "n_boot": "n_boot", "seed": "seed"}, p)
     out += number_problems("threshold", p.get("threshold", 0.5), 0, 1, open_lo=True)
-    if (preds := p.get("preds")):
-        cols = {"label_col": p.get("label_col"), "pred_col": p.get("pred_col"), "id_cols": as_list(p.get("id_cols"), "id_cols") or []}
-        if p.get("score_col") not in (None, "", "auto"): cols["score_col"] = p["score_col"]
-        return out + _table_problems(preds, "preds", cols, positive_label=p.get("positive_label"), label_param="label_col") \
-                   + path_problems(p, skip=("preds",))
-    shipped = sorted(q.name.split(".", 1)[1].rsplit(".", 1)[0] for q in data_path("fairness").glob("toxigen200.*.csv"))
-    if p.get("model") not in shipped:   # no table given: the shipped predictions of a model
-        out.append(Problem(f"model={p.get('model')!r} has no shipped predictions table{did_you_mean(p.get('model'), shipped)} "
-                           f"(shipped: {', '.join(shipped)}); give your own with -p preds my_predictions.csv", "model"))
-    return out + path_problems(p)
+    preds = p.get("preds")
+    if not preds:   # no table given: the shipped predictions of a model, checked as a table of the user's would be
+        shipped = sorted(q.name.split(".", 1)[1].rsplit(".", 1)[0] for q in data_path("fairness").glob("toxigen200.*.csv"))
+        if p.get("model") not in shipped:
+            return out + [Problem(f"model={p.get('model')!r} has no shipped predictions table{did_you_mean(p.get('model'), shipped)} "
+                                  f"(shipped: {', '.join(shipped)}); give your own with -p preds my_predictions.csv", "model")]
+        preds = str(data_path("fairness", f"toxigen200.{p['model']}.csv"))
+    cols = {"label_col": p.get("label_col"), "pred_col": p.get("pred_col"), "id_cols": as_list(p.get("id_cols"), "id_cols") or []}
+    if p.get("score_col") not in (None, "", "auto"): cols["score_col"] = p["score_col"]
+    out += _table_problems(preds, "preds", cols, positive_label=p.get("positive_label", 1), label_params=("label_col", "pred_col"))
+    return out + path_problems(p, skip=("preds",))
 
 # %% ../nbs/89a_checks.ipynb #37267c81
 def _iat_problems(p:Mapping)->list:
@@ -187,10 +191,11 @@ def _compare_problems(p:Mapping)->list:
         if len(pred_cols) < 2: out.append(Problem(f"name two or more prediction columns of {preds} to compare, e.g. "
                                                   f"-y 'pred_cols: [model_a, model_b]'", "pred_cols"))
         cols = {"pred_cols": pred_cols, "label_col": p.get("label_col"), "id_cols": as_list(p.get("id_cols"), "id_cols") or []}
-        out += _table_problems(preds, "preds", cols)
+        out += _table_problems(preds, "preds", cols, positive_label=1, label_params=("label_col", "pred_cols"))
     out += choice_problems("correction", p.get("correction", "holm"), ("holm", "fdr_bh"))
     out += number_problems("alpha", p.get("alpha", 0.05), 0, 1, open_lo=True, open_hi=True)
-    out += [x for k in ("n_boot", "n_perm", "demo_prompts") if k in p for x in number_problems(k, p[k], 1, integer=True)]
+    out += [x for k in ("n_boot", "n_perm", "demo_prompts") if k in p
+            for x in number_problems(k, p[k], 1, integer=True, none=k == "n_perm")]   # n_perm None: as the family needs
     return out + path_problems(p, skip=("preds",))
 
 # %% ../nbs/89a_checks.ipynb #047a6499
@@ -289,8 +294,9 @@ def view_problems(folder, # the FOLDER argument
     "Every problem with an `acrb-view` command line, as `Problem`s."
     probs, f = [], Path(folder).expanduser()
     sample = path_exists(f / "sample.json", "file")
-    if not path_exists(f, "dir"): probs.append(Problem(f"no such folder {folder}{_read_from(folder)}; give a run folder (it holds spec.json) "
-                                            f"or a labelling export (it holds sample.json)", "folder"))
+    if not path_exists(f, "dir"):
+        probs.append(Problem(f"no such folder {folder}{_read_from(folder)}; give a run folder (it holds spec.json) or a "
+                             f"labelling export (it holds sample.json)", "folder"))
     elif not sample and not path_exists(f / "spec.json", "file"):
         below = sorted(str(q.parent) for q in f.glob("*/spec.json")) + sorted(str(q.parent) for q in f.glob("*/*/*/spec.json"))
         probs.append(Problem(f"{folder} is neither a run folder (no spec.json) nor a labelling export (no sample.json)" +

@@ -25,8 +25,8 @@ from .checks import prepare_parameters  # every input checked before anything is
 
 # %% auto #0
 __all__ = ['HEADLINE_MIME', 'STOP_MIME', 'REPORT_CSS', 'REPORT_CSP', 'STUDIES', 'headline', 'read_headlines', 'md_text',
-           'md_code', 'stop_report', 'build_index', 'ReportResult', 'progress_printer', 'report_stem', 'render_report',
-           'find_nbs', 'resolve_template', 'execution_parameters', 'compare_parameters', 'main']
+           'md_code', 'html_safe', 'stop_report', 'build_index', 'ReportResult', 'progress_printer', 'report_stem',
+           'render_report', 'find_nbs', 'resolve_template', 'execution_parameters', 'compare_parameters', 'main']
 
 # %% ../nbs/90_report.ipynb #339f9438
 from .core import safe_name, parse_yaml  # one file-name rule, one strict YAML reader
@@ -99,6 +99,19 @@ def md_code(s, # any value
     fence = "`" * (max((len(r) for r in re.findall(r"`+", t)), default=0) + 1)
     pad = " " if t.startswith("`") or t.endswith("`") else ""
     return f"{fence}{pad}{t}{pad}{fence}"
+
+def html_safe(df, # a DataFrame about to be styled (`html_safe(df).style…`)
+             ):
+    "A copy of `df` whose text cells and labels show as written once a pandas Styler renders it (a Styler escapes nothing)."
+    import pandas as pd
+    esc = lambda v: html.escape(v.replace("\x00", "\ufffd"), quote=False) if isinstance(v, str) else v
+    labels = lambda ix: (pd.MultiIndex.from_tuples([tuple(map(esc, t)) for t in ix], names=ix.names)
+                         if isinstance(ix, pd.MultiIndex) else ix.map(esc))
+    out = df.copy()
+    text = [c for c in out.columns if out[c].dtype == object or pd.api.types.is_string_dtype(out[c].dtype)]
+    for c in text: out[c] = out[c].map(esc)
+    out.index, out.columns = labels(out.index), labels(out.columns)
+    return out
 
 # %% ../nbs/90_report.ipynb #04945c89
 STOP_MIME = "application/vnd.acrb.stop+json"
@@ -317,6 +330,7 @@ def _export_html(ipynb: Path, html_path: Path, header: str, hide_input: bool, ti
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # nbformat's MissingIDFieldWarning on old templates
         body, _ = ex.from_notebook_node(nb, resources={"metadata": {"name": title}})
+    body = body.replace("\x00", "\ufffd")   # HTML text cannot hold NUL (a parser drops it): show it as U+FFFD, as the pages do
     csp = f'<meta http-equiv="Content-Security-Policy" content="{REPORT_CSP}">'
     body = body.replace("<head>", f"<head>\n{csp}", 1).replace("</head>", f"<style>{REPORT_CSS}</style>\n</head>", 1)
     html_path.write_text(body, encoding="utf-8")

@@ -22,6 +22,8 @@ NO_CUES = ("name: mine\nneutral: {subject: a person}\ndimensions:\n  occupation:
 NURSE = ("name: mine\nneutral: {subject: a person}\ndimensions:\n  occupation:\n    - value: nurse\n      subject: a nurse\n"
          "      cues: [scrubs]\n      i2i_edit: Make the person a nurse.\n")
 NO_SLOT = "prompts:\n  - {id: X1, domain: mine, template: a scene without a slot}\n"
+TEXTS = "text;label;grp\nhello there;toxic;a\ngood bye;non-toxic;b\n"   # a ;-separated file: read as it is
+PREDS = "y,p,race\n1,0,a\n0,1,b\n"
 FOUR = "model: flx\nattributes: [religon]\nn_base_prompt: 3\nimages_per_prompt: two\n"
 
 # (id, command, arguments, files the case provides {path: text; a path ending in / is a folder}, phrases of the message)
@@ -73,12 +75,25 @@ CASES = [
     ("toxicity-cal-frac", "report", ["toxicity", "-p", "cal_frac", "1.5"], {}, ["cal_frac must be a number > 0 and < 1"]),
     ("toxicity-baseline", "report", ["toxicity", "-p", "ig_baseline", "fillr"], {}, ["did you mean 'filler'"]),
     ("toxicity-batch", "report", ["toxicity", "-p", "batch_size", "0"], {}, ["batch_size"]),
+    # toxicity: your own texts
+    ("toxicity-dataset-typo", "report", ["toxicity", "-p", "dataset", "mytext.csv"], {}, ["no such file mytext.csv", "read from"]),
+    ("toxicity-own-columns", "report", ["toxicity", "-p", "dataset", "mine.csv", "-p", "text_col", "txt", "-p", "id_cols", "grup",
+                                        "-p", "positive_label", "toxc"], {"mine.csv": TEXTS},
+     ["3 problems", "did you mean 'text'", "did you mean 'grp'", "positive_label='toxc' is not among them"]),
+    ("toxicity-own-label", "report", ["toxicity", "-p", "dataset", "mine.tsv", "-p", "label_col", "lable"],
+     {"mine.tsv": TEXTS.replace(";", "\t")}, ["did you mean 'label'"]),
     # fairness
     ("fairness-preds", "report", ["fairness", "-p", "preds", "data/nothing.csv"], {}, ["no such file", "nothing.csv"]),
     ("fairness-model", "report", ["fairness", "-p", "model", "alt-profanity-chek"], {}, ["did you mean 'alt-profanity-check'"]),
     ("fairness-n-boot", "report", ["fairness", "-p", "n_boot", "7"], {}, ["n_boot must be 0 (no intervals) or an integer ≥ 50"]),
     ("fairness-group-size", "report", ["fairness", "-p", "min_group_size", "0"], {}, ["min_group_size must be an integer ≥ 1"]),
     ("fairness-threshold", "report", ["fairness", "-p", "threshold", "0.0"], {}, ["threshold must be a number > 0"]),
+    ("fairness-own-columns", "report", ["fairness", "-p", "model", "m", "-p", "preds", "p.csv", "-p", "label_col", "yy",
+                                        "-p", "pred_col", "p", "-p", "id_cols", "rac"], {"p.csv": PREDS},
+     ["2 problems", "did you mean 'y'", "did you mean 'race'"]),
+    ("fairness-positive-label", "report", ["fairness", "-p", "model", "m", "-p", "preds", "w.csv", "-p", "label_col", "y",
+                                           "-p", "pred_col", "p", "-p", "id_cols", "race", "-p", "positive_label", "yess"],
+     {"w.csv": "y,p,race\nyes,yes,a\nno,no,b\n"}, ["positive_label='yess' is not among them"]),
     # IAT
     ("iat-dimension", "report", ["iat", "-p", "dimensions", "gendr"], {}, ["did you mean 'gender'"]),
     ("iat-design", "report", ["iat", "-p", "design", "seeds"], {}, ["did you mean 'seed'"]),
@@ -93,6 +108,8 @@ CASES = [
      ["two or more runs"]),
     ("compare-no-run", "report", ["compare", "runs/a", "runs/b"], {}, ["runs"]),
     ("compare-correction", "report", ["compare", "-p", "correction", "bonferoni"], {}, ["is not one of 'holm', 'fdr_bh'"]),
+    ("compare-own-columns", "report", ["compare", "-p", "preds", "p.csv", "-y", "pred_cols: [p, q]", "-p", "label_col", "y",
+                                       "-p", "id_cols", "rac"], {"p.csv": PREDS}, ["column 'q' is not in", "did you mean 'race'"]),
     ("compare-pred-cols", "report", ["compare", "-p", "preds", "p.csv", "-p", "pred_cols", "a"], {"p.csv": "a,label\n1,0\n"},
      ["name two or more prediction columns"]),
     # the viewer

@@ -25,8 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[1]
 READY = "return document.readyState === 'complete'"
 SHORT = {k: v for k, v in HOSTILE.items() if k != "long_line"}
-# strings a grammar or a schema refuses in a field are left out of that field only (a scene's text takes no braces)
-NO_BRACES = {k: v for k, v in SHORT.items() if "{" not in v and "}" not in v}
+ALL = " ".join(SHORT.values())                                   # fields that show one value: every string at once
 
 
 @pytest.fixture(scope="module")
@@ -69,21 +68,22 @@ def hostile_reports(tmp_path_factory):
     out["fairness"] = (_render(cwd, "fairness", model="mine", preds="mine.csv", label_col="y", pred_col="p", id_cols="grp",
                                min_group_size=5, n_boot=50, dataset=HOSTILE["long_line"] + " " + SHORT["script"],
                                positive_name=SHORT["img_onerror"]), [*names, HOSTILE["long_line"]])
-    # ACRB: one's own attribute set and base prompts
-    vals = [{"value": f"v{i}", "subject": f"a person{i}", "check_article": False, "cues": [s], "i2i_edit": "Make the person x."}
-            for i, s in enumerate(NO_BRACES.values())][:3]
+    # ACRB: one's own attribute set and base prompts: a domain per hostile string (the report lists every domain), and the
+    # first scene, whose variants the report shows in full, holds the short strings that fit a table cell of 200 characters
+    vals = [{"value": f"v{i}", "subject": f"a person{i}", "check_article": False, "cues": [ALL], "i2i_edit": "Make the person x."}
+            for i in range(2)]
     (cwd / "attrs.yaml").write_text(yaml.safe_dump({"name": "hostile", "neutral": {"subject": "a person"},
                                                     "dimensions": {"mine": vals}}))
-    scenes = [{"id": f"H{i}", "domain": SHORT["comment_script"] if i == 0 else "plain", "template": f"{{subject}} near a sign: {s}"}
-              for i, s in enumerate(NO_BRACES.values())]
+    first = " ".join(SHORT[k] for k in ("comment_close", "comment_script", "close_script", "script", "img_onerror", "nul"))
+    scenes = [{"id": f"H{i}", "domain": dom, "template": f"{{subject}} near sign {i}: {first if i == 0 else 'plain'}"}
+              for i, dom in enumerate(SHORT.values())]
     (cwd / "prompts.yaml").write_text(yaml.safe_dump({"prompts": scenes}))
     out["acrb"] = (_render(cwd, "acrb", attribute_set="attrs.yaml", base_prompts="prompts.yaml", n_boot=100, judge2=None),
-                   [SHORT["comment_script"], *[f"near a sign: {s}" for s in NO_BRACES.values()]])
-    # IAT: one's own words
-    words = [v for k, v in SHORT.items() if k not in ("nul",)]
-    (cwd / "words.yaml").write_text(yaml.safe_dump({"positive_words": words[:6], "negative_words": words[6:12]}))
-    out["iat"] = (_render(cwd, "iat", words="words.yaml", dimensions="gender", pairs_per_combo=1, n_boot=100, n_perm=100),
-                  words[:12])
+                   [*SHORT.values(), f"near sign 0: {first}"])
+    # IAT: one's own words (a report shows an example instruction: every word holds all)
+    (cwd / "words.yaml").write_text(yaml.safe_dump({"positive_words": [f"good{i} {ALL}" for i in range(3)],
+                                                    "negative_words": [f"bad{i} {ALL}" for i in range(3)]}))
+    out["iat"] = (_render(cwd, "iat", words="words.yaml", dimensions="gender", pairs_per_combo=1, n_boot=100, n_perm=100), [ALL])
     # compare: hostile display names of two runs
     runs = []
     for k in "ab":
