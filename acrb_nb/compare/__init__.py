@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 from scipy import special
-from ..stats.resample import as_generator, boot_additive, safe_ratio, sum_by
+from ..stats.resample import as_generator, boot_additive, perm_pvalue, safe_ratio, sum_by
 from ..stats.rates import row_spread
 from ..stats.tests import adjust_pvalues, adjusted_levels, mcnemar_test, paired_effects
 
@@ -173,12 +173,8 @@ def swap_pvalue(obs:float, # observed statistic (A − B)
     """(two-sided p, the smallest p this design can give): exact enumeration counts the identity; Monte Carlo adds one.
     Ties within 1e-12 (of the largest |value| when above 1) count as ties, so an observed 0 that rounding made 6e-17
     ties with the null's zeros: these statistics (rates, Δ, D) live on a scale of one."""
-    null, adj = null[np.isfinite(null)], 0 if exact else 1
-    if not len(null) or not np.isfinite(obs): p = np.nan
-    else:
-        tol = 1e-12 * max(1.0, abs(obs), float(np.abs(null).max()))
-        ge, le = ((null >= obs - tol).sum() + adj) / (len(null) + adj), ((null <= obs + tol).sum() + adj) / (len(null) + adj)
-        p = float(min(1.0, 2 * min(ge, le)))
+    null = null[np.isfinite(null)]
+    p = perm_pvalue(obs, null, "two-sided", 0 if exact else 1) if len(null) else np.nan   # ties as `stats.resample` counts them
     return p, (min(1.0, 2 / 2 ** C) if exact else min(1.0, 2 / (n_perm + 1)))
 
 def family_n_perm(m:int, # tests in the family
@@ -186,17 +182,6 @@ def family_n_perm(m:int, # tests in the family
                  )->int:
     "Random swaps whose smallest p, 2/(n + 1), is at most α/(2m): below the first Holm / BH threshold with room."
     return max(10_000, int(np.ceil(4 * m / alpha)))
-
-def _adjusted(p:np.ndarray, method:str)->np.ndarray:
-    "Adjusted p-values of finite `p` in numpy (Holm, BH, Bonferroni, none) — `adjust_pvalues` without statsmodels' overhead."
-    m, o = len(p), np.argsort(p, kind="stable")
-    if method == "none": return p.copy()
-    if method == "bonferroni": return np.minimum(1.0, m * p)
-    s, out = p[o], np.empty(m)
-    if method == "holm": out[o] = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * s))
-    elif method in ("fdr_bh", "bh", "fdr"): out[o] = np.minimum(1.0, np.minimum.accumulate((s * m / np.arange(1, m + 1))[::-1])[::-1])
-    else: raise ValueError(f"can_reach: correction {method!r} unknown; use 'holm', 'fdr_bh', 'bonferroni' or 'none'")
-    return out
 
 def can_reach(p, # observed p-values of the family (NaN: untestable)
               p_min, # each test's smallest possible p (NaN: not a resolution-limited test)
@@ -210,7 +195,7 @@ def can_reach(p, # observed p-values of the family (NaN: untestable)
         q = p[fin].copy()
         j = int(np.flatnonzero(fin == i)[0])
         q[j] = min(p[i], p_min[i])
-        out[i] = bool(_adjusted(q, correction)[j] <= alpha)
+        out[i] = bool(adjust_pvalues(q, correction, alpha)[0][j] <= alpha)   # numpy: no statsmodels gc.collect
     return out
 
 # %% ../../nbs/94_compare.ipynb #6f0a1b03

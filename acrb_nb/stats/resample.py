@@ -309,9 +309,12 @@ def perm_pvalue(obs:float, # observed statistic
                 alternative:str, # "greater", "less" or "two-sided"
                 adj:int, # 1 for Monte Carlo (Phipson & Smyth), 0 for exact enumeration
                )->float:
-    "Permutation p-value; `adj` = 1 for Monte Carlo (Phipson & Smyth), 0 for exact enumeration."
+    """Permutation p-value; `adj` = 1 for Monte Carlo (Phipson & Smyth), 0 for exact enumeration. Values within 1e-12 of
+    the observed one (of the largest |value| when above 1) are ties: an observed 0 that rounding made 6e-17 ties with the
+    null's zeros (these statistics — rates, Δ, D — live on a scale of one)."""
     if not np.isfinite(obs): return float("nan")  # an undefined statistic has no p-value (never a small one)
-    gamma = abs(obs) * np.finfo(float).eps * 100
+    null = np.asarray(null, float)
+    gamma = 1e-12 * max(1.0, abs(obs), float(np.abs(null).max()) if len(null) else 0.0)
     n = len(null)
     greater = ((null >= obs - gamma).sum() + adj) / (n + adj)
     less = ((null <= obs + gamma).sum() + adj) / (n + adj)
