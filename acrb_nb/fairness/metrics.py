@@ -254,6 +254,9 @@ def _identities_table(gc, r, d, skip, min_group_size, ci=None, notes=None)->pd.D
             "n_A0": _num(n[:, 1]), "n_A1": _num(n[:, 2]), "n_unknown": _num(n[:, 0]), "skipped": skip.any(-1)}
     for k in _IDENTITY_METRICS[2:]: cols[k] = d[k][0]
     if gc.reference is not None: cols["reference"] = gc.reference  # pairwise: n_A0 counts the reference's members
+    c = _rates(gc.conf[0, :, 1:])  # (K, 2): rest, members — the n of the gaps' rates
+    cols.update(n_A1_pos=_num(c["n_pos"][:, 1]), n_A1_neg=_num(c["n_neg"][:, 1]), n_A0_pos=_num(c["n_pos"][:, 0]),
+                n_A0_neg=_num(c["n_neg"][:, 0]))
     K = len(gc.identities)
     cols["reason"] = ["; ".join(x for x in pair if x) for pair in
                       zip((_identity_reasons(gc, j, skip, min_group_size) for j in range(K)), notes or [""] * K)]
