@@ -111,6 +111,7 @@ def test_no_score_column_runs_without_auc_and_says_so_once(compas_run):
     assert "accuracy" in heads and "auc" not in heads and "final_bias_auc" not in heads, heads
     per_group = _table_with(page, "fpr", "fnr")
     assert "auc" not in {c for row in per_group[:2] for c in row}
+    assert "auc" not in {c for row in _table_with(page, "precision", "f1")[:2] for c in row}
     assert sorted(p.name for p in cwd.iterdir()) == ["data", "reports"]  # nothing else written next to the user
 
 
@@ -219,7 +220,7 @@ def test_a_score_column_under_its_own_name_adds_the_auc_section_once(tmp_path):
     text = _text(page)
     assert text.count("Bias AUCs (Borkan et al. 2019)") == 1 and "Scores: risk" in text and "final_bias_auc" in text
     assert "has no score column" not in text and "toxic" not in page.lower()
-    assert re.fullmatch(r"0\.\d{4} \[0\.\d{4}, [01]\.\d{4}\]", _cell(_table_with(page, "fpr", "auc"), "Caucasian", "auc"))
+    assert re.fullmatch(r"0\.\d{4} \[0\.\d{4}, [01]\.\d{4}\]", _cell(_table_with(page, "precision", "auc"), "Caucasian", "auc"))
 
 
 def test_a_named_score_column_that_is_missing_is_an_error_naming_the_columns(tmp_path):
@@ -239,4 +240,36 @@ def test_the_shipped_toxigen_report_keeps_its_own_prose(tmp_path):
     assert "Data: ToxiGen statements" in text and "a positive label means toxic" in text
     assert "Scores: score" in text and "has no score column" not in text
     assert text.count("Bias AUCs (Borkan et al. 2019)") == 1 and "The shipped model." in text and "Hartvigsen" in text
-    assert re.fullmatch(r"0\.5900 \[0\.\d{4}, 0\.\d{4}\]", _cell(_table_with(page, "fpr", "auc"), "overall", "acc"))
+    assert re.fullmatch(r"0\.5900 \[0\.\d{4}, 0\.\d{4}\]", _cell(_table_with(page, "fpr", "fnr"), "overall", "acc"))
+    assert re.fullmatch(r"0\.\d{4} \[0\.\d{4}, 0\.\d{4}\]", _cell(_table_with(page, "precision", "auc"), "overall", "auc"))
+
+
+def test_small_groups_get_score_intervals_and_their_n(tmp_path):
+    """Issue 48, item 6: a rate of a small group has a Wilson interval (never [0, 0] from 0 of 10, never [1, 1] from one
+    positive), the n it is a rate of beside it, gaps a Newcombe interval; a group under min_group_size is listed with its n."""
+    from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
+    rows = ([("tiny", 0, 0)] * 10                                 # 0 of 10 predicted positive, no positive label
+            + [("single", 1, 1)] + [("single", 0, 0)] * 9          # a TPR from one positive
+            + [("large", 1, 1)] * 12 + [("large", 1, 0)] * 8 + [("large", 0, 1)] * 6 + [("large", 0, 0)] * 14
+            + [("few", 1, 0), ("few", 0, 0), ("few", 0, 1), ("few", 0, 0)])   # 4 rows: under min_group_size
+    pd.DataFrame(rows, columns=["group", "label", "flagged"]).to_csv(tmp_path / "small.csv", index=False)
+    r = _report(tmp_path, "small", "-p", "preds", "small.csv", "-p", "label_col", "label", "-p", "pred_col", "flagged",
+                "-p", "id_cols", "group")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    page = (tmp_path / "reports" / "fairness" / "small.html").read_text()
+    rates, disp = _table_with(page, "fpr", "fnr"), _table_with(page, "SPD", "EOpp_diff")
+    w = lambda k, n: "{:.4f} [{:.4f}, {:.4f}]".format(k / n, *proportion_confint(k, n, method="wilson"))
+    nc = lambda *a: "{:.4f} [{:.4f}, {:.4f}]".format(a[0] / a[1] - a[2] / a[3], *confint_proportions_2indep(*a, method="newcomb"))
+    cases = [  # (table, group, column, the cell: statsmodels' interval of the group's counts)
+        (rates, "tiny", "pos_rate", w(0, 10)), (rates, "tiny", "fpr", w(0, 10)), (rates, "tiny", "n", "10"),
+        (rates, "tiny", "tpr", "–"), (rates, "tiny", "positives", "0"),
+        (rates, "single", "tpr", w(1, 1)), (rates, "single", "positives", "1"), (rates, "single", "negatives", "9"),
+        (rates, "single", "fpr", w(0, 9)), (rates, "large", "tpr", w(12, 20)), (rates, "large", "fpr", w(6, 20)),
+        (disp, "tiny", "SPD", nc(0, 10, 20, 54)),             # members 0 of 10 against the rest's 20 of 54 (the few rows included)
+        (disp, "single", "EOpp_diff", nc(1, 1, 12, 21)),      # TPR 1 of 1 against the rest's 12 of 21
+    ]
+    for table, group, col, want in cases:
+        assert _cell(table, group, col) == want, (group, col, _cell(table, group, col), want)
+    text = _text(page)
+    assert "0.0000 [0.0000, 0.0000]" not in text and "1.0000 [1.0000, 1.0000]" not in text
+    assert "Not analysed, under min_group_size = 10: few (n = 4: 1 positive, 3 negative)." in text

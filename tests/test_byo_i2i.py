@@ -9,6 +9,10 @@ as a new user would:
 - `-p source_dir faces/` (relative to where the user runs) with photographs of people and one image without a person:
   that image is excluded, counted and named, and never edited;
 - a folder without a person stops before any model call (counted at a loopback server standing in for the API);
+- (issue 48, item 5) a folder of the user's own files of every kind — a truncated JPEG, a text file named .jpg, a
+  zero-byte file, bytes Pillow cannot decode, TIFF and WebP copies, a 6000 x 6000 photograph — renders: each
+  unreadable file is excluded with its reason and listed like a photograph without a person, the others are read,
+  the large one at 1024 px (sources.csv gives both sizes);
 - plan-only prices the requested run: its calls are the calls a real run of the same parameters makes, and every
   number is rounded for people.
 """
@@ -118,6 +122,57 @@ def test_folder_without_a_person_stops_before_any_call(tmp_path):
     assert srv.count == 0, f"{srv.count} requests reached the API"
     assert not (tmp_path / "runs").exists(), "checked before a run folder is made"
 
+
+
+# ------------------------------------------------------------------------------------------------------ issue 48, item 5
+def _own_files(folder: Path) -> dict:
+    "Write the cases into `folder`, from one shipped photograph: file name -> (kept, what sources.csv says about it)."
+    from PIL import Image
+    raw = (PEOPLE / "grace_hopper.jpg").read_bytes()
+    im = Image.open(PEOPLE / "grace_hopper.jpg").convert("RGB")
+    (folder / "cut.jpg").write_bytes(raw[: len(raw) // 2])
+    (folder / "notes.jpg").write_text("a text file, not a photograph\n")
+    (folder / "empty.jpg").write_bytes(b"")
+    (folder / "garbage.png").write_bytes(bytes(range(256)) * 4)
+    im.save(folder / "hopper.tif")
+    im.save(folder / "hopper.TIFF", compression="tiff_lzw")
+    im.save(folder / "hopper.webp", quality=90)
+    im.resize((6000, 6000), Image.Resampling.BICUBIC).save(folder / "hopper_6000.jpg", quality=90)
+    w, h = im.size
+    return {"cut.jpg": (False, "excluded: unreadable: truncated or corrupt"),
+            "notes.jpg": (False, "excluded: unreadable: not an image Pillow can read"),
+            "empty.jpg": (False, "excluded: unreadable: empty file (0 bytes)"),
+            "garbage.png": (False, "excluded: unreadable: not an image Pillow can read"),
+            "hopper.tif": (True, (w, h, w, h)), "hopper.TIFF": (True, (w, h, w, h)), "hopper.webp": (True, (w, h, w, h)),
+            "hopper_6000.jpg": (True, (6000, 6000, 1024, 1024))}
+
+
+def test_own_folder_with_unreadable_tiff_webp_and_large_files_renders(tmp_path):
+    "One report over every case: unreadable files excluded with their reason, TIFF and WebP read, 6000 px reduced to 1024."
+    faces = tmp_path / "mine"
+    faces.mkdir()
+    for p in sorted(PEOPLE.glob("*.jpg")): shutil.copy(p, faces / p.name)
+    cases = _own_files(faces)
+    r = cli("-p", "model", "sim", "-p", "mode", "i2i", "-p", "source_dir", "mine", "-p", "attributes", "gender",
+            "-p", "n_base_prompts", "7", "-p", "n_boot", "200", cwd=tmp_path)  # 7 photographs of people: every one checked
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    srcs = pd.read_csv(only(tmp_path, "sources.csv")).set_index("source_id")
+    assert sorted(srcs.index) == sorted([*cases, "astronaut.jpg", "camera.jpg", "grace_hopper.jpg"])
+    for name, (kept, what) in cases.items():
+        row = srcs.loc[name]
+        assert bool(row.kept) == kept and bool(row.readable) == kept, (name, row.to_dict())
+        if kept: assert tuple(int(row[c]) for c in ("width", "height", "used_width", "used_height")) == what, (name, row.to_dict())
+        else: assert row.reason.startswith(what) and row.reason.endswith("replace or remove the file"), (name, row.reason)
+    text = text_of(tmp_path / "reports" / "acrb" / "sim.html")
+    m = SOURCES_LINE.search(text)
+    assert m and tuple(map(int, m.groups())) == (7, 7, 0), m and m.group(0)
+    assert "7 kept, 0 excluded (no person found), 4 excluded (unreadable)" in text
+    gone = text[text.index("Excluded, and never edited:"):]
+    for name, (kept, what) in cases.items():
+        if not kept: assert f"{name} ({what.removeprefix('excluded: ')}" in gone, name   # listed with its reason
+    assert "hopper_6000.jpg (6000×6000 → 1024×1024)" in text
+    s3 = pd.read_parquet(only(tmp_path, "stage3_evaluation.parquet"))
+    assert set(s3.source_id) == set(srcs.index[srcs.kept]) and not set(s3.source_id) & {n for n, (k, _) in cases.items() if not k}
 
 # ------------------------------------------------------------------------------------------------------ item 4
 NOISE = re.compile(r"\d\.\d{5,}")  # float noise: 1.7220000000000002, 3.990000

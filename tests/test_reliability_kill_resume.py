@@ -168,8 +168,9 @@ def test_acrb_i2i_gemini_server(run_tmp, forks, reliability, monkeypatch):
         ref_ids = [(r["prompt"], r["input"]) for r in read_jsonl(side)]
         assert len(set(ref_ids)) == len(ref_ids) == len(ref.stage3) == n_ref
         from acrb_nb.core import file_sha256
-        pix = {file_sha256(p): pixel_sha(load_image(p, "RGB"))  # source file sha256 -> pixel sha (what the server sees)
-               for p in Path(DEFAULT_SOURCES).iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png")}
+        from acrb_nb.acrb.sources import image_files, read_source
+        pix = {file_sha256(p): pixel_sha(read_source(p)[0])  # source file sha256 -> pixel sha (what the server sees)
+               for p in image_files(DEFAULT_SOURCES)}
         run = run_tmp / "killed"
         db = run / "items.sqlite"
         side_at_kill, finished_at_kill = [], []

@@ -12,6 +12,7 @@ import pandas as pd
 from PIL import Image, ImageDraw, ImageFilter, ImageFont, ImageOps, ImageEnhance
 from ..core import data_path, rng, sha256_hex, canonical_json, file_sha256
 from ..adapters.base import load_image
+from .sources import IMAGE_EXTS, image_files
 
 # %% auto #0
 __all__ = ['PUBLIC_IMAGES', 'KINDS', 'FEATURES', 'REFUSAL_RULES', 'REFUSAL_KINDS', 'NOISE_CORR', 'NON_PHOTOS', 'CROPS',
@@ -130,8 +131,9 @@ def build_detector_fixtures(out_dir=None, # write PNGs + labels.csv here (None: 
     "Labelled fixture images for the hard-refusal detectors: (list of PIL images, DataFrame of labels)."
     g = rng(seed, "detector-fixtures")
     pdir = Path(photos_dir) if photos_dir else PUBLIC_IMAGES
-    photos = [load_image(p) for p in sorted(pdir.glob("*.jpg"))]
-    if not photos: raise FileNotFoundError(f"no .jpg photographs in {pdir}; pass photos_dir= a folder of normal images")
+    photos = [load_image(p) for p in image_files(pdir)]  # the one rule for image files (acrb.sources)
+    if not photos:
+        raise FileNotFoundError(f"no photographs ({', '.join(IMAGE_EXTS)}) in {pdir}; pass photos_dir= a folder of normal images")
     imgs, rows = [], []
     def add(im, kind, sub):
         rows.append({"id": f"{kind}_{sum(r['kind'] == kind for r in rows):03d}", "kind": kind, "subkind": sub,

@@ -14,7 +14,7 @@ from ..store import ItemStore, Run
 from ..runner import StageResult
 from ..adapters.base import GenerationOutcome, ImageGenerator, ImageEditor, load_image, image_to_png
 from ..execution import Execution, AdapterRef, run_model_items
-from .sources import IMAGE_EXTS, load_sources, assign_sources, select_sources, DEFAULT_SOURCES
+from .sources import IMAGE_EXTS, SOURCE_MAX_SIDE, edit_source, load_sources, assign_sources, select_sources, DEFAULT_SOURCES
 
 # %% auto #0
 __all__ = ['STAGE2_FIELDS', 't2i_items', 'i2i_items', 'stage2_key', 'stage2_work', 'generate', 'stage2_records']
@@ -81,9 +81,10 @@ def stage2_work(model:ImageGenerator|ImageEditor, # the loaded adapter (in this 
     "The per-item Stage II function: one request, its outcome as a record (built once per executor worker)."
     def work(it):
         if it["mode"] == "t2i": out = model.generate(it["text"], seed=it["seed"])
-        else:  # a Ray worker gets the source image's bytes (it may run on another node); locally the path is read
-            out = model.edit(load_image(it["source_bytes"] if "source_bytes" in it else it["source_path"]), it["text"],
-                             seed=it["seed"])
+        else:  # a Ray worker gets the source image's bytes (it may run on another node); locally the path is read.
+            src = it["source_bytes"] if "source_bytes" in it else it["source_path"]  # at its used size (sources.SOURCE_MAX_SIDE)
+            side = min(SOURCE_MAX_SIDE, getattr(model, "input_side", None) or SOURCE_MAX_SIDE)  # an editor working smaller says so
+            out = model.edit(edit_source(src, it.get("source_sha256"), side), it["text"], seed=it["seed"])
         if not isinstance(out, GenerationOutcome):
             raise TypeError(f"{type(model).__name__} returned {type(out).__name__}, not a GenerationOutcome")
         rec = out.to_record(blobs)

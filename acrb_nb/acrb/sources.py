@@ -4,40 +4,85 @@
 
 # %% ../../nbs/12a_acrb.sources.ipynb #e5b42089
 from __future__ import annotations
-import dataclasses, functools
+import collections, dataclasses, functools, io
 from pathlib import Path
 from typing import Sequence
 import numpy as np
 import pandas as pd
-from ..core import data_path, rng, file_sha256, atomic_write
+from ..core import data_path, rng, file_sha256, sha256_hex, atomic_write
 from ..adapters.base import load_image
 
 # %% auto #0
-__all__ = ['IMAGE_EXTS', 'DEFAULT_SOURCES', 'load_sources', 'PersonDetector', 'NoPersonInSources', 'SourceCheck',
-           'select_sources', 'write_sources', 'assign_sources']
+__all__ = ['IMAGE_EXTS', 'SOURCE_MAX_SIDE', 'DEFAULT_SOURCES', 'image_files', 'read_source', 'load_sources', 'PersonDetector',
+           'NoPersonInSources', 'SourceCheck', 'select_sources', 'edit_source', 'write_sources', 'assign_sources']
 
 # %% ../../nbs/12a_acrb.sources.ipynb #2fcbba3d
-IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff")  # the one rule: an image file ends so (any case)
+SOURCE_MAX_SIDE = 1024  # long side (px) of the source image the person check and the editor get (editors work at about 1024 px)
 DEFAULT_SOURCES = data_path("images", "people", must_exist=False)  # public-domain / CC0 photographs of people (data/images/README.md)
 
-def load_sources(source_dir, # folder of source images (searched recursively)
+def image_files(folder, # a folder (searched recursively)
+               )->list:
+    "The image files under `folder`, sorted by path: every file whose ending is in `IMAGE_EXTS` (any case)."
+    return sorted(p for p in Path(folder).rglob("*") if p.suffix.lower() in IMAGE_EXTS and p.is_file())
+
+def read_source(src, # a path, image bytes or a PIL image
+                max_side:int|None=SOURCE_MAX_SIDE, # reduce so that the long side is at most this (None: keep the size)
+               )->tuple:
+    "(RGB image as the person check and the editor use it, the file's (width, height)); ValueError saying why a file is unreadable."
+    from PIL import Image, ImageOps, UnidentifiedImageError
+    if isinstance(src, Image.Image): im = src
+    else:
+        if not isinstance(src, (bytes, bytearray)):
+            if not Path(src).is_file(): raise FileNotFoundError(f"source image {src} does not exist")
+            src = Path(src).read_bytes()
+        if not src: raise ValueError("empty file (0 bytes)")
+        try:
+            im = Image.open(io.BytesIO(src))
+            w, h = im.size[::-1] if im.getexif().get(0x0112, 1) in (5, 6, 7, 8) else im.size  # as displayed (EXIF rotation)
+            if max_side and im.format == "JPEG" and max(im.size) > max_side:  # decode at a reduced DCT scale: never the full pixels
+                s = max_side / max(im.size)
+                im.draft("RGB", (max(1, round(im.width * s)), max(1, round(im.height * s))))
+            im.load()
+            im = ImageOps.exif_transpose(im)
+        except UnidentifiedImageError:
+            raise ValueError(f"not an image Pillow can read ({len(src):,} bytes that are no JPEG, PNG, WebP, BMP or TIFF)") from None
+        except Image.DecompressionBombError as e: raise ValueError(f"too large to decode safely ({e})") from None
+        except (OSError, SyntaxError, ValueError, EOFError) as e: raise ValueError(f"truncated or corrupt ({e})") from None
+        im.info["source_size"] = (w, h)
+    size = im.info.get("source_size", im.size)
+    im = load_image(im)  # RGB: palette, alpha (on white), grey and 16-bit inputs normalised
+    if max_side and max(im.size) > max_side:
+        s = max_side / max(im.size)
+        im = im.resize((max(1, round(im.width * s)), max(1, round(im.height * s))), Image.Resampling.LANCZOS)
+    return im, tuple(size)
+
+
+# %% ../../nbs/12a_acrb.sources.ipynb #ef027688
+def load_sources(source_dir, # folder of source images (searched recursively, `image_files`)
                  metadata=None, # optional CSV with a `file` column (path relative to source_dir) and attributes
-                 n:int|None=None, # sample this many (None: all)
+                 n:int|None=None, # sample this many readable images (None: all)
                  seed:int=0, # sampling seed
+                 max_side:int|None=SOURCE_MAX_SIDE, # the size the images are used at (`read_source`)
                 )->pd.DataFrame:
-    "Reproducibly sampled source images: source_id, path, sha256, width, height (+ metadata columns)."
+    "Every image file: source_id, path, sha256, width, height, used_width, used_height, readable, read_error (+ metadata)."
     root = Path(source_dir)
     if not root.is_dir(): raise FileNotFoundError(f"source_dir {root} is not a folder of images")
-    files = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_EXTS and p.is_file())
-    if not files: raise ValueError(f"no images ({', '.join(IMAGE_EXTS)}) under {root}")
+    files = image_files(root)
+    if not files:
+        other = sorted({p.suffix.lower() or p.name for p in root.rglob("*") if p.is_file()})
+        raise ValueError(f"no images ({', '.join(IMAGE_EXTS)}) under {root}" + (f"; it holds files ending in {', '.join(other[:8])}"
+                         " (convert photographs to JPEG, PNG, WebP or TIFF)" if other else ": the folder is empty"))
     rows = []
     for p in files:
-        try: im = load_image(p)
-        except (ValueError, FileNotFoundError) as e:
-            raise ValueError(f"source image {p} cannot be used: {e}. Remove or replace it.") from e
-        rel = p.relative_to(root).as_posix()
-        rows.append({"source_id": rel, "path": str(p), "sha256": file_sha256(p), "width": im.width, "height": im.height})
-    df = pd.DataFrame(rows)
+        data = p.read_bytes()
+        row = {"source_id": p.relative_to(root).as_posix(), "path": str(p), "sha256": sha256_hex(data)}
+        try:
+            im, (w, h) = read_source(data, max_side)
+            row.update(width=w, height=h, used_width=im.width, used_height=im.height, readable=True, read_error=None)
+        except ValueError as e: row.update(width=None, height=None, used_width=None, used_height=None, readable=False, read_error=str(e))
+        rows.append(row)
+    df = pd.DataFrame(rows).astype({c: "Int64" for c in ("width", "height", "used_width", "used_height")})
     if metadata is not None:
         from acrb_nb.tables import read_table  # the toolkit's one table reader: format, separator and encoding sniffed
         meta = read_table(metadata, what="metadata")
@@ -45,9 +90,11 @@ def load_sources(source_dir, # folder of source images (searched recursively)
             raise ValueError(f"metadata {metadata} needs a 'file' column (paths relative to {root}); it has {list(meta.columns)}")
         df = df.merge(meta.rename(columns={"file": "source_id"}), on="source_id", how="left")
     if n is not None:
-        if n > len(df): raise ValueError(f"asked for n={n} source images but {root} has only {len(df)}")
-        df = df.iloc[np.sort(rng(seed, "acrb.i2i.sources").permutation(len(df))[:n])]
+        ok = np.flatnonzero(df.readable.to_numpy())
+        if n > len(ok): raise ValueError(f"asked for n={n} source images but {root} has only {len(ok)} readable")
+        df = df.iloc[np.sort(ok[rng(seed, "acrb.i2i.sources").permutation(len(ok))[:n]])]
     return df.reset_index(drop=True)
+
 
 # %% ../../nbs/12a_acrb.sources.ipynb #660444cd
 def _cascade_path(name:str)->Path:
@@ -105,8 +152,8 @@ class PersonDetector:
 
     def detect(self, image, # a PIL image, image bytes or a path
               )->dict:
-        "has_person, frontal_score, profile_score and the reason, in words."
-        im = load_image(image)
+        "has_person, frontal_score, profile_score and the reason, in words (a photograph is checked at its used size, `read_source`)."
+        im = read_source(image)[0]
         f = self.score(im, self.frontal)
         p = 0.0 if f >= self.frontal_min else self.score(im, self.profile, mirror=True)  # a frontal face settles it
         if f >= self.frontal_min: why = f"frontal face (score {f:.1f} ≥ {self.frontal_min:g})"
@@ -126,13 +173,13 @@ class PersonDetector:
 class NoPersonInSources(ValueError):
     "No image of a source folder shows a person the person check can find: grounded I2I has nothing to edit."
 
-_MEMO = {}  # (detector, sha256) → verdict: a photograph is checked once per process
+_MEMO = {}  # (detector, sha256, max_side) → verdict: a photograph is checked once per process
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SourceCheck:
     "The person check of a folder of source images: every image with its verdict, and the kept ones in check order."
     folder: str # the folder that was read
-    table: pd.DataFrame # per image: source_id, path, sha256, width, height, order, checked, has_person, frontal/profile_score, kept, reason
+    table: pd.DataFrame # per image: `load_sources` columns, order, checked, has_person, frontal/profile_score, kept, reason
     detector: dict # `PersonDetector.describe()`
 
     @property
@@ -142,21 +189,25 @@ class SourceCheck:
 
     @property
     def excluded(self)->pd.DataFrame:
-        "Checked images in which no person was found, with the reason."
+        "Images not edited, with the reason: unreadable files, and checked images in which no person was found."
         t = self.table
-        return t[t.checked & ~t.kept].sort_values("source_id").reset_index(drop=True)
+        return t[~t.readable | (t.checked & ~t.kept)].sort_values("source_id").reset_index(drop=True)
 
     def counts(self)->dict:
-        "Images in the folder, checked, kept, excluded and not checked."
+        "Images in the folder, checked, kept, excluded (no person), unreadable, not checked, and reduced to the used size."
         t = self.table
         return {"images": len(t), "checked": int(t.checked.sum()), "kept": int(t.kept.sum()),
-                "excluded": int((t.checked & ~t.kept).sum()), "not_checked": int((~t.checked).sum())}
+                "excluded": int((t.checked & ~t.kept).sum()), "unreadable": int((~t.readable).sum()),
+                "not_checked": int((t.readable & ~t.checked).sum()), "downscaled": int((t.used_width < t.width).sum())}
 
     def sentence(self)->str:
         "The check in one sentence, for a report."
         c = self.counts()
         return (f"{c['checked']} checked, {c['kept']} kept (a person found), {c['excluded']} excluded (no person found)"
-                + (f", {c['not_checked']} not checked (enough photographs of people were found first)" if c["not_checked"] else ""))
+                + (f", {c['unreadable']} excluded (unreadable)" if c["unreadable"] else "")
+                + (f", {c['not_checked']} not checked (enough photographs of people were found first)" if c["not_checked"] else "")
+                + (f"; {c['downscaled']} reduced to {SOURCE_MAX_SIDE} px on the long side for the check and the editor"
+                   if c["downscaled"] else ""))
 
 def select_sources(source_dir=None, # folder of source images (None: the shipped photographs of people, data/images/people)
                    needed:int|None=None, # stop once this many photographs of people are found (None: check every image)
@@ -165,7 +216,7 @@ def select_sources(source_dir=None, # folder of source images (None: the shipped
                    metadata=None, # optional metadata CSV (`load_sources`)
                    require_person:bool=True, # raise `NoPersonInSources` when no image shows a person
                   )->SourceCheck:
-    "Read a folder of source images and check each for a person, in a seeded order, until `needed` are found."
+    "Read a folder of source images and check each readable one for a person, in a seeded order, until `needed` are found."
     if needed is not None and (isinstance(needed, bool) or not isinstance(needed, (int, np.integer)) or needed < 1):
         raise ValueError(f"needed must be an integer ≥ 1 or None (check every image), got {needed!r}")
     det = detector or PersonDetector()
@@ -173,10 +224,10 @@ def select_sources(source_dir=None, # folder of source images (None: the shipped
     df = load_sources(folder, metadata)
     df["order"] = np.argsort(rng(seed, "acrb.i2i.sources").permutation(len(df)))   # the rank at which each image is checked
     verdicts, n_kept = {}, 0
-    for i in df.sort_values("order").index:
+    for i in df[df.readable].sort_values("order").index:
         if needed is not None and n_kept >= needed: break
-        k = (det, df.at[i, "sha256"])
-        if k not in _MEMO: _MEMO[k] = det.detect(df.at[i, "path"])
+        k = (det, df.at[i, "sha256"], SOURCE_MAX_SIDE)
+        if k not in _MEMO: _MEMO[k] = det.detect(read_source(df.at[i, "path"])[0])
         verdicts[i] = _MEMO[k]
         n_kept += verdicts[i]["has_person"]
     df["checked"] = df.index.isin(list(verdicts))
@@ -184,7 +235,8 @@ def select_sources(source_dir=None, # folder of source images (None: the shipped
         df[c] = [verdicts[i][c] if i in verdicts else empty for i in df.index]
     df["kept"] = df.has_person.eq(True)
     df["reason"] = [("kept: " if verdicts[i]["has_person"] else "excluded: ") + verdicts[i]["reason"] if i in verdicts
-                    else "not checked: enough photographs of people were found first" for i in df.index]
+                    else f"excluded: unreadable: {r.read_error}; replace or remove the file" if not r.readable
+                    else "not checked: enough photographs of people were found first" for i, r in df.iterrows()]
     out = SourceCheck(str(folder), df, det.describe())
     if require_person and n_kept == 0:
         ex = out.excluded
@@ -196,6 +248,25 @@ def select_sources(source_dir=None, # folder of source images (None: the shipped
             f"{det.min_face:.0%} of the image's short side — or leave source_dir unset to use the shipped photographs of people "
             "(data/images/people). No model was called.")
     return out
+
+
+# %% ../../nbs/12a_acrb.sources.ipynb #86dfd6de
+_EDIT_CACHE = collections.OrderedDict()  # (sha256, max_side) → the used image: an I2I run edits one photograph many times
+
+def edit_source(src, # the photograph: a path, image bytes or a PIL image
+                sha256:str|None=None, # its recorded SHA-256 (the cache key; None: not cached)
+                max_side:int|None=SOURCE_MAX_SIDE, # the used size (`read_source`)
+               ):
+    "The image an editor gets for a source photograph: `read_source`'s, decoded once per process and photograph (a copy)."
+    k = (sha256, max_side)
+    if sha256 is None or k not in _EDIT_CACHE:
+        im = read_source(src, max_side)[0]
+        if sha256 is None: return im
+        _EDIT_CACHE[k] = im
+        while len(_EDIT_CACHE) > 8: _EDIT_CACHE.popitem(last=False)
+    _EDIT_CACHE.move_to_end(k)
+    return _EDIT_CACHE[k].copy()
+
 
 # %% ../../nbs/12a_acrb.sources.ipynb #22795ade
 def write_sources(check:SourceCheck, # from `select_sources`

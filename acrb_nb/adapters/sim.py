@@ -272,6 +272,7 @@ class SimImageEditor(ImageEditor):
                 ):
         self._gen = SimImageGenerator(config, size=size)
         self.config, self.size = self._gen.config, self._gen.size
+        self.input_side = self.size  # it draws at this side: a larger source is reduced to it first (acrb.generate)
 
     def describe(self)->dict:
         return {"name": self.name, "backend": "sim", "model_id": self.config.name, "config_sha256": self.config.sha256,

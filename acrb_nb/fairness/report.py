@@ -20,11 +20,11 @@ _BOOTS = ("bayes", "stratified") # `FairnessAnalysis.boot` choices
 
 @dataclasses.dataclass(frozen=True)
 class FairnessAnalysis(Options):
-    "How `fairness_report` computes its numbers from a table: group size, bootstrap intervals and the bias-AUC power mean."
+    "How `fairness_report` computes its numbers from a table: group size, intervals and the bias-AUC power mean."
     min_group_size:int=30 # groups with fewer rows are reported as skipped, with their n (30, as in the seed)
-    n_boot:int=1000 # bootstrap replicates for the intervals (0: no intervals; else at least 50)
+    n_boot:int=1000 # bootstrap replicates for the F1 and AUC intervals (0: none; else at least 50); rates: Wilson, gaps: Newcombe
     seed:int=0 # seed of the bootstrap stream
-    alpha:float=0.05 # 1 - confidence level of the intervals
+    alpha:float=0.05 # 1 - confidence level of every interval
     boot:str="bayes" # "bayes" (Exp(1) row weights) or "stratified" (resampling within membership patterns)
     power:float=-5.0 # power of the generalized mean of the bias AUCs (Borkan et al. 2019 use -5)
 
@@ -32,7 +32,7 @@ class FairnessAnalysis(Options):
         isint = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)
         isnum = lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and bool(np.isfinite(v))
         checks = [("min_group_size", "an integer ≥ 1", isint(self.min_group_size) and self.min_group_size >= 1),
-                  ("n_boot", "0 (no intervals) or an integer ≥ 50 (1000 or more for reported intervals)",
+                  ("n_boot", "0 (no bootstrap intervals) or an integer ≥ 50 (1000 or more for reported intervals)",
                    isint(self.n_boot) and (self.n_boot == 0 or self.n_boot >= 50)),
                   ("seed", "an integer ≥ 0", isint(self.seed) and self.seed >= 0),
                   ("alpha", "a number in (0, 1), e.g. 0.05 for 95% intervals", isnum(self.alpha) and 0 < self.alpha < 1),
@@ -67,7 +67,7 @@ def fairness_report(df, # predictions table (DataFrame) or a path to a parquet /
                     reference:str|None=None, # also compare each peer of this group with it (e.g. "Caucasian"): the `pairwise` table
                     analysis:FairnessAnalysis|Mapping|None=None, # how the numbers are computed (`FairnessAnalysis`; None: its defaults)
                    )->FairnessReport:
-    "The seed's fairness report (per group, per identity, summary) of a predictions table, with bootstrap intervals."
+    "The seed's fairness report (per group, per identity, summary) of a predictions table, with intervals."
     opts = FairnessAnalysis.of(analysis)  # a misspelt knob fails before any file is read
     if isinstance(df, (str, Path)):
         p = Path(df)

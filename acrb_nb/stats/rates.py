@@ -71,6 +71,11 @@ def rate_table(df:pd.DataFrame, # long-format items
         res = boot_additive(T, lambda Tb: safe_ratio(Tb[:, :G], Tb[:, G:]), sc, n_boot, alpha,
                              "percentile" if ci == "bootstrap" else "bca", as_generator(seed))
         out["lo"], out["hi"] = np.atleast_1d(res.lo), np.atleast_1d(res.hi)
+        flat = (n > 0) & ((k == 0) | (k == n))  # every resample gives the same rate: the percentile interval would be a point
+        if flat.any():  # Wilson with the cell's clusters as its n: the smallest effective n a clustered cell can have
+            nc = (T[:, G:] > 0).sum(0)
+            lo, hi = binom_ci(np.where(k == n, nc, 0), nc, alpha)
+            out.loc[flat, "lo"], out.loc[flat, "hi"] = lo[flat], hi[flat]
     out["n_missing"] = np.bincount(cell, minlength=G) - n
     return out
 
