@@ -115,6 +115,12 @@ def _acrb_problems(p:Mapping)->list:
     src = p.get("source_dir")
     if p.get("mode") == "i2i" and src and not path_exists(src, "dir"):
         out.append(Problem(f"no such folder {src}{_read_from(src)}; give a folder of photographs of people", "source_dir"))
+    elif p.get("mode") == "i2i" and src:   # the photographs themselves are checked (person, readable) before any call
+        from acrb_nb.acrb.sources import IMAGE_EXTS, image_files
+        if not image_files(src):
+            found = sorted({q.suffix.lower() or q.name for q in Path(src).rglob("*") if q.is_file()})[:8]
+            out.append(Problem(f"{src} holds no image ({', '.join(IMAGE_EXTS)})" + (f"; it holds {', '.join(found)}" if found else
+                               "; it is empty") + ": give a folder of photographs of people", "source_dir"))
     return out + path_problems(p, skip=("labels", "sim_config_file", "judge_config_file", "source_dir"))
 
 # %% ../nbs/89a_checks.ipynb #3ae536ed

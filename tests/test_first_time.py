@@ -59,6 +59,8 @@ CASES = [
      ["its word 'nurse' already appears", "BP_0014", "leave those domains out"]),
     ("acrb-base-prompts", "report", ["acrb", "-p", "base_prompts", "prompts.yaml"], {"prompts.yaml": NO_SLOT},
      ["must contain {subject} exactly once"]),
+    ("acrb-source-dir-no-images", "report", ["acrb", "-p", "mode", "i2i", "-p", "source_dir", "faces"],
+     {"faces/a.heic": "x", "faces/notes.txt": "y"}, ["holds no image", ".heic", ".txt"]),
     ("acrb-source-dir", "report", ["acrb", "-p", "mode", "i2i", "-p", "source_dir", "faces"], {}, ["no such folder", "faces", "photographs of people"]),
     # ACRB: the parameters themselves
     ("acrb-unknown", "report", ["acrb", "-p", "n_base_prompt", "3"], {}, ["did you mean 'n_base_prompts'", "Its parameters"]),
@@ -85,7 +87,7 @@ CASES = [
     # fairness
     ("fairness-preds", "report", ["fairness", "-p", "preds", "data/nothing.csv"], {}, ["no such file", "nothing.csv"]),
     ("fairness-model", "report", ["fairness", "-p", "model", "alt-profanity-chek"], {}, ["did you mean 'alt-profanity-check'"]),
-    ("fairness-n-boot", "report", ["fairness", "-p", "n_boot", "7"], {}, ["n_boot must be 0 (no intervals) or an integer ≥ 50"]),
+    ("fairness-n-boot", "report", ["fairness", "-p", "n_boot", "7"], {}, ["n_boot must be 0", "or an integer ≥ 50"]),
     ("fairness-group-size", "report", ["fairness", "-p", "min_group_size", "0"], {}, ["min_group_size must be an integer ≥ 1"]),
     ("fairness-threshold", "report", ["fairness", "-p", "threshold", "0.0"], {}, ["threshold must be a number > 0"]),
     ("fairness-own-columns", "report", ["fairness", "-p", "model", "m", "-p", "preds", "p.csv", "-p", "label_col", "yy",
