@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #72adf476
 from __future__ import annotations
-import dataclasses, datetime, difflib, hashlib, importlib.metadata, json, math, os, platform, re, subprocess, sys
+import dataclasses, datetime, difflib, hashlib, html, importlib.metadata, json, math, os, platform, re, subprocess, sys
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -15,7 +15,8 @@ __all__ = ['REDACTED', 'KEY_PATTERNS', 'KEY_PACKAGES', 'freeze', 'thaw', 'canoni
            'item_key', 'secret_values', 'is_credential_name', 'check_no_secrets', 'redact', 'rng', 'seed_int',
            'safe_name', 'as_list', 'RunSpec', 'git_info', 'package_versions', 'environment_info', 'utcnow',
            'atomic_write', 'data_path', 'indefinite_article', 'capitalize_first', 'ConfigError', 'ConfigMapping',
-           'parse_yaml', 'read_yaml', 'check_keys', 'Options', 'peak_rss_gb', 'PeakMemory']
+           'parse_yaml', 'read_yaml', 'check_keys', 'Options', 'peak_rss_gb', 'PeakMemory', 'md_text', 'md_code',
+           'html_safe']
 
 # %% ../nbs/00_core.ipynb #84acb545
 def freeze(o, # a JSON-like value: dicts, lists, tuples, scalars
@@ -466,3 +467,33 @@ class PeakMemory:
         self.gb = peak_rss_gb()
         return False
 
+
+# %% ../nbs/00_core.ipynb #aa79eb2a
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>&])")
+
+def md_text(s, # any value: a user's string, a name, a number
+           )->str:
+    "`s` for Markdown prose, shown exactly as written: HTML and Markdown characters escaped, NUL as U+FFFD."
+    t = str(s).replace("\x00", "\ufffd")
+    return _MD_SPECIAL.sub(lambda m: {"<": "&lt;", ">": "&gt;", "&": "&amp;"}.get(m[1], "\\" + m[1]), t)
+
+def md_code(s, # any value
+           )->str:
+    "`s` as a Markdown code span, shown exactly as written (a run of backticks inside it is fenced by a longer one)."
+    t = str(s).replace("\x00", "\ufffd")
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", t)), default=0) + 1)
+    pad = " " if t.startswith("`") or t.endswith("`") else ""
+    return f"{fence}{pad}{t}{pad}{fence}"
+
+def html_safe(df, # a DataFrame about to be styled (`html_safe(df).style…`)
+             ):
+    "A copy of `df` whose text cells and labels show as written once a pandas Styler renders it (a Styler escapes nothing)."
+    import pandas as pd
+    esc = lambda v: html.escape(v.replace("\x00", "\ufffd"), quote=False) if isinstance(v, str) else v
+    labels = lambda ix: (pd.MultiIndex.from_tuples([tuple(map(esc, t)) for t in ix], names=ix.names)
+                         if isinstance(ix, pd.MultiIndex) else ix.map(esc))
+    out = df.copy()
+    text = [c for c in out.columns if out[c].dtype == object or pd.api.types.is_string_dtype(out[c].dtype)]
+    for c in text: out[c] = out[c].map(esc)
+    out.index, out.columns = labels(out.index), labels(out.columns)
+    return out

@@ -24,13 +24,14 @@ from .params import NO_DEFAULT, ParameterError, SecretParameterError, parse_valu
 from .checks import prepare_parameters  # every input checked before anything is written (89a_checks)
 
 # %% auto #0
-__all__ = ['HEADLINE_MIME', 'STOP_MIME', 'REPORT_CSS', 'REPORT_CSP', 'STUDIES', 'headline', 'read_headlines', 'md_text',
-           'md_code', 'html_safe', 'stop_report', 'build_index', 'ReportResult', 'progress_printer', 'report_stem',
-           'render_report', 'find_nbs', 'resolve_template', 'execution_parameters', 'compare_parameters', 'main']
+__all__ = ['HEADLINE_MIME', 'STOP_MIME', 'REPORT_CSS', 'REPORT_CSP', 'STUDIES', 'headline', 'read_headlines', 'stop_report',
+           'build_index', 'ReportResult', 'progress_printer', 'report_stem', 'render_report', 'find_nbs',
+           'resolve_template', 'execution_parameters', 'compare_parameters', 'main']
 
 # %% ../nbs/90_report.ipynb #339f9438
 from .core import safe_name, parse_yaml  # one file-name rule, one strict YAML reader
 from .secret_scan import REDACTED, check_secrets, scan_for_secrets  # keys never reach a report (90a_secret_scan)
+from .core import md_text, md_code, html_safe  # a user's text in a report, shown as written (00_core)
 
 # %% ../nbs/90_report.ipynb #fb91cd56
 HEADLINE_MIME = "application/vnd.acrb.headline+json"
@@ -81,36 +82,6 @@ def read_headlines(ipynb: str | Path, # an executed report notebook
             order = (o.get("metadata", {}).get(HEADLINE_MIME) or {}).get("order") or []
             out.update({k: v[k] for k in order if k in v})
             out.update(v)
-    return out
-
-# %% ../nbs/90_report.ipynb #b45fa1e6
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>&])")
-
-def md_text(s, # any value: a user's string, a name, a number
-           )->str:
-    "`s` for Markdown prose, shown exactly as written: HTML and Markdown characters escaped, NUL as U+FFFD."
-    t = str(s).replace("\x00", "\ufffd")
-    return _MD_SPECIAL.sub(lambda m: {"<": "&lt;", ">": "&gt;", "&": "&amp;"}.get(m[1], "\\" + m[1]), t)
-
-def md_code(s, # any value
-           )->str:
-    "`s` as a Markdown code span, shown exactly as written (a run of backticks inside it is fenced by a longer one)."
-    t = str(s).replace("\x00", "\ufffd")
-    fence = "`" * (max((len(r) for r in re.findall(r"`+", t)), default=0) + 1)
-    pad = " " if t.startswith("`") or t.endswith("`") else ""
-    return f"{fence}{pad}{t}{pad}{fence}"
-
-def html_safe(df, # a DataFrame about to be styled (`html_safe(df).style…`)
-             ):
-    "A copy of `df` whose text cells and labels show as written once a pandas Styler renders it (a Styler escapes nothing)."
-    import pandas as pd
-    esc = lambda v: html.escape(v.replace("\x00", "\ufffd"), quote=False) if isinstance(v, str) else v
-    labels = lambda ix: (pd.MultiIndex.from_tuples([tuple(map(esc, t)) for t in ix], names=ix.names)
-                         if isinstance(ix, pd.MultiIndex) else ix.map(esc))
-    out = df.copy()
-    text = [c for c in out.columns if out[c].dtype == object or pd.api.types.is_string_dtype(out[c].dtype)]
-    for c in text: out[c] = out[c].map(esc)
-    out.index, out.columns = labels(out.index), labels(out.columns)
     return out
 
 # %% ../nbs/90_report.ipynb #04945c89

@@ -332,15 +332,16 @@ def binary_column(values, # a label (or prediction) column
                   threshold:float=0.5, # fractions (annotator shares): positive iff at least this
                   where:str="the table", # the table, for messages
                  )->tuple:
-    "(0/1 float Series, NaN kept; the rule in words): bool and 0/1 as they are, fractions at `threshold`, else `== positive_label`."
+    "(0/1 float Series, NaN kept; the rule in Markdown): bool and 0/1 as they are, fractions at `threshold`, else `== positive_label`."
+    from acrb_nb.core import md_code, md_text   # the rule is shown in a report: the column and its value as written
     s = pd.Series(values)
     k = s.dropna()
     if k.empty: raise ValueError(f"column {name!r} of {where} is empty: every value is missing")
     if s.dtype == object and k.map(lambda v: isinstance(v, (bool, np.bool_))).all(): s, k = s.astype("boolean"), k.astype(bool)
-    if pd.api.types.is_bool_dtype(s.dtype): return s.astype("Float64").astype("float64"), f"`{name}` is true"
+    if pd.api.types.is_bool_dtype(s.dtype): return s.astype("Float64").astype("float64"), f"{md_code(name)} is true"
     if pd.api.types.is_numeric_dtype(s.dtype):
-        if k.isin([0, 1]).all(): return s.astype("float64"), f"`{name}` = 1"
-        if k.between(0, 1).all(): return (s >= threshold).astype("float64").where(s.notna()), f"`{name}` ≥ {threshold:g}"
+        if k.isin([0, 1]).all(): return s.astype("float64"), f"{md_code(name)} = 1"
+        if k.between(0, 1).all(): return (s >= threshold).astype("float64").where(s.notna()), f"{md_code(name)} ≥ {threshold:g}"
         if k.nunique() > 2:
             raise ValueError(f"column {name!r} of {where} holds {k.nunique()} different numbers from {k.min():g} to {k.max():g}, "
                              f"not 0/1, bool or fractions in [0, 1]: a rating or a class code is not a binary label; add a "
@@ -356,7 +357,7 @@ def binary_column(values, # a label (or prediction) column
                          f"positive_label={positive_label!r} is not among them; " +
                          (f"did you mean positive_label={close[0]!r}?" if close else
                           f"set positive_label to the value that means positive, one of {_shown(levels)}"))
-    return (s == pos).astype("float64").where(s.notna()), f"`{name}` = {pos!r}"
+    return (s == pos).astype("float64").where(s.notna()), f"{md_code(name)} = {md_text(repr(pos))}"
 
 # %% ../nbs/00a_tables.ipynb #0be2cccc
 def identity_frame(df:pd.DataFrame, # a table

@@ -8,7 +8,7 @@ import dataclasses, difflib, os
 from pathlib import Path
 from typing import Mapping
 import pandas as pd
-from ..core import file_sha256, as_list
+from ..core import file_sha256, as_list, md_text, md_code
 from ..tables import read_table, table_header, table_problems, binary_column, identity_frame
 from .registry import DATASETS, DatasetCard, LoadedDataset, dataset_info, identity_columns
 from .loaders import load_dataset_normalized
@@ -179,16 +179,16 @@ def card_markdown(card:DatasetCard, # the card of the table the report reads
         fmt = o["format"].upper() + "".join(f", {x}" for x in ({",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}.get(
             o["sep"], ""), o["encoding"]) if x)
         left = "; left out: " + ", ".join(f"{v} with {k}" for k, v in o["left_out"].items()) if o["left_out"] else ""
-        lines = [f"**Data:** your table `{Path(card.source[0]).name}` ({fmt})" + (f", “{card.title}”" if card.title !=
-                 Path(card.source[0]).name else ""), f"**Rows:** {card.rows:,} in the file{left}; {n:,} used here, {pos:,} toxic",
-                 f"**SHA-256:** `{card.sha256}`", f"**Texts:** column `{o['text_col']}`", f"**Label:** {card.label_rule}",
-                 f"**Licence:** {card.license}"]
+        lines = [f"**Data:** your table {md_code(Path(card.source[0]).name)} ({fmt})" + (f", “{md_text(card.title)}”" if card.title !=
+                 Path(card.source[0]).name else ""), f"**Rows:** {card.rows:,} in the file{md_text(left)}; {n:,} used here, {pos:,} toxic",
+                 f"**SHA-256:** `{card.sha256}`", f"**Texts:** column {md_code(o['text_col'])}", f"**Label:** {card.label_rule}",
+                 f"**Licence:** {md_text(card.license)}"]
     else:
         info = dataset_info(card.dataset)
         lines = [f"**Data:** {card.title} (`{card.dataset}`): " + ", ".join(f"`{Path(s).name}`" for s in card.source),
                  f"**Rows:** {n:,} used here, {pos:,} toxic", f"**Label:** {card.label_rule}", f"**Licence:** {card.license}",
                  f"**Source:** {info.source}", f"**Cite:** {card.citation}"] + ([f"**SHA-256:** `{card.sha256}`"] if card.sha256 else [])
     ids = card.identity_columns
-    lines.append(f"**Identity groups:** {len(ids)} — " + ", ".join(f"`{c}`" for c in ids) if ids else
+    lines.append(f"**Identity groups:** {len(ids)} — " + ", ".join(map(md_code, ids)) if ids else
                  "**Identity groups:** none (`id_cols` not given), so this report has no per-group section")
     return "\n".join(f"- {l}" for l in lines)
