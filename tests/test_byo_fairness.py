@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from report_files import report_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -101,13 +102,13 @@ def test_no_score_column_runs_without_auc_and_says_so_once(compas_run):
     from acrb_nb.report import read_headlines
     cwd, r = compas_run
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    page = (cwd / "reports" / "fairness" / "compas.html").read_text()
+    page = (report_file(cwd / "reports", "fairness", "compas")).read_text()
     text = _text(page)
     assert text.count("has no score column") == 1, text  # the one notice, not an error ...
     assert "no scores given" not in text  # ... and not repeated in the tables' reason notes
     for auc_part in ("Bias AUCs", "Subgroup AUC", "BPSN", "overall_auc", "final_bias_auc", "PowerMean", "subgroup_auc"):
         assert auc_part not in text, auc_part
-    heads = read_headlines(cwd / "reports" / "fairness" / "compas.ipynb")
+    heads = read_headlines(report_file(cwd / "reports", "fairness", "compas", ".ipynb"))
     assert "accuracy" in heads and "auc" not in heads and "final_bias_auc" not in heads, heads
     per_group = _table_with(page, "fpr", "fnr")
     assert "auc" not in {c for row in per_group[:2] for c in row}
@@ -117,7 +118,7 @@ def test_no_score_column_runs_without_auc_and_says_so_once(compas_run):
 
 def test_rates_have_four_decimals(compas_run):
     cwd, _ = compas_run
-    page = (cwd / "reports" / "fairness" / "compas.html").read_text()
+    page = (report_file(cwd / "reports", "fairness", "compas")).read_text()
     per_group = _table_with(page, "fpr", "fnr")
     # ProPublica: FPR 44.85% (805 of 1,795) for African-American defendants, FNR 47.72% (461 of 966) for Caucasian ones
     assert _cell(per_group, "African-American", "fpr").startswith("0.4485 ["), per_group
@@ -130,7 +131,7 @@ def test_rates_have_four_decimals(compas_run):
 
 def test_prose_is_about_the_users_data_not_toxigen(compas_run):
     cwd, _ = compas_run
-    page = (cwd / "reports" / "fairness" / "compas.html").read_text()
+    page = (report_file(cwd / "reports", "fairness", "compas")).read_text()
     text = _text(page)
     assert "toxigen" not in page.lower() and "toxic" not in page.lower()
     assert "Sap et al" not in text and "Hartvigsen" not in text and "annotator" not in text
@@ -178,7 +179,7 @@ def table_layout(html: Path, width: int = 1280) -> dict:
 def test_no_table_is_cut_off_at_1280px(compas_run, tmp_path):
     "Laid out by a real browser at 1,280 px: the report's tables fit the window; a table wider than that scrolls, never clipped."
     cwd, _ = compas_run
-    page = cwd / "reports" / "fairness" / "compas.html"
+    page = report_file(cwd / "reports", "fairness", "compas")
     test_layout = table_layout(page)
     assert test_layout == {"wider": [], "clipped": []}, test_layout
     # a 30-column table in one of the report's output areas: wider than the window, it scrolls inside its area ...
@@ -201,7 +202,7 @@ def test_defaults_name_the_label_from_its_column(tmp_path):
     r = _report(tmp_path, "mine", "-p", "preds", "mine.csv", "-p", "label_col", "outcome", "-p", "pred_col", "flagged",
                 "-p", "id_cols", "race", "-p", "positive_label", "yes")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    page = (tmp_path / "reports" / "fairness" / "mine.html").read_text()
+    page = (report_file(tmp_path / "reports", "fairness", "mine")).read_text()
     text = _text(page)
     assert "Data: the predictions table: mine.csv , 7,214 rows." in text, text[:3000]
     assert "a positive label means outcome = yes" in text
@@ -216,7 +217,7 @@ def test_a_score_column_under_its_own_name_adds_the_auc_section_once(tmp_path):
     r = _report(tmp_path, "scored", "-p", "preds", "scored.csv", "-p", "label_col", "reoffended", "-p", "pred_col",
                 "high_risk", "-p", "id_cols", "race", "-p", "score_col", "risk")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    page = (tmp_path / "reports" / "fairness" / "scored.html").read_text()
+    page = (report_file(tmp_path / "reports", "fairness", "scored")).read_text()
     text = _text(page)
     assert text.count("Bias AUCs (Borkan et al. 2019)") == 1 and "Scores: risk" in text and "final_bias_auc" in text
     assert "has no score column" not in text and "toxic" not in page.lower()
@@ -235,7 +236,7 @@ def test_a_named_score_column_that_is_missing_is_an_error_naming_the_columns(tmp
 def test_the_shipped_toxigen_report_keeps_its_own_prose(tmp_path):
     r = _report(tmp_path, "alt-profanity-check")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    page = (tmp_path / "reports" / "fairness" / "alt-profanity-check.html").read_text()
+    page = (report_file(tmp_path / "reports", "fairness", "alt-profanity-check")).read_text()
     text = _text(page)
     assert "Data: ToxiGen statements" in text and "a positive label means toxic" in text
     assert "Scores: score" in text and "has no score column" not in text
@@ -256,7 +257,7 @@ def test_small_groups_get_score_intervals_and_their_n(tmp_path):
     r = _report(tmp_path, "small", "-p", "preds", "small.csv", "-p", "label_col", "label", "-p", "pred_col", "flagged",
                 "-p", "id_cols", "group")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    page = (tmp_path / "reports" / "fairness" / "small.html").read_text()
+    page = (report_file(tmp_path / "reports", "fairness", "small")).read_text()
     rates, disp = _table_with(page, "fpr", "fnr"), _table_with(page, "SPD", "EOpp_diff")
     w = lambda k, n: "{:.4f} [{:.4f}, {:.4f}]".format(k / n, *proportion_confint(k, n, method="wilson"))
     nc = lambda *a: "{:.4f} [{:.4f}, {:.4f}]".format(a[0] / a[1] - a[2] / a[3], *confint_proportions_2indep(*a, method="newcomb"))

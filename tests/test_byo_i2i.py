@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from report_files import report_file
 
 from reliability_helpers import Loopback  # a loopback API that refuses every key and counts the requests
 
@@ -63,7 +64,7 @@ SOURCES_LINE = re.compile(r"Source images in .*?: (\d+) checked, (\d+) kept, (\d
 def test_i2i_defaults_run_on_photographs_of_people(tmp_path):
     r = cli("-p", "model", "sim", "-p", "mode", "i2i", cwd=tmp_path)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    text = text_of(tmp_path / "reports" / "acrb" / "sim.html")
+    text = text_of(report_file(tmp_path / "reports", "acrb", "sim"))
     m = SOURCES_LINE.search(text)
     assert m, "the report must say how many source images were checked, kept and excluded"
     from acrb_nb.acrb.sources import DEFAULT_SOURCES, PersonDetector, IMAGE_EXTS
@@ -90,7 +91,7 @@ def test_users_own_folder_relative_path_person_check(tmp_path):
     r = cli("-p", "model", "sim", "-p", "mode", "i2i", "-p", "source_dir", "faces/", "-p", "attributes", "gender",
             "-p", "n_base_prompts", "6", "-p", "n_boot", "200", cwd=tmp_path)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    text = text_of(tmp_path / "reports" / "acrb" / "sim.html")
+    text = text_of(report_file(tmp_path / "reports", "acrb", "sim"))
     m = SOURCES_LINE.search(text)
     assert m and tuple(map(int, m.groups())) == (4, 3, 1), m and m.group(0)
     assert re.search(r"Excluded, and never edited: coins\.jpg \(no face found", text)
@@ -163,7 +164,7 @@ def test_own_folder_with_unreadable_tiff_webp_and_large_files_renders(tmp_path):
         assert bool(row.kept) == kept and bool(row.readable) == kept, (name, row.to_dict())
         if kept: assert tuple(int(row[c]) for c in ("width", "height", "used_width", "used_height")) == what, (name, row.to_dict())
         else: assert row.reason.startswith(what) and row.reason.endswith("replace or remove the file"), (name, row.reason)
-    text = text_of(tmp_path / "reports" / "acrb" / "sim.html")
+    text = text_of(report_file(tmp_path / "reports", "acrb", "sim"))
     m = SOURCES_LINE.search(text)
     assert m and tuple(map(int, m.groups())) == (7, 7, 0), m and m.group(0)
     assert "7 kept, 0 excluded (no person found), 4 excluded (unreadable)" in text
@@ -192,8 +193,8 @@ def test_plan_only_prices_the_requested_run(tmp_path, mode):
     r = cli(*args, "-p", "plan_only", "True", cwd=plan_dir)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert not (plan_dir / "runs").exists()                                    # nothing run
-    h = read_headlines(plan_dir / "reports" / "acrb" / "sim.ipynb")
-    text = text_of(plan_dir / "reports" / "acrb" / "sim.html")
+    h = read_headlines(report_file(plan_dir / "reports", "acrb", "sim", ".ipynb"))
+    text = text_of(report_file(plan_dir / "reports", "acrb", "sim"))
     assert text.count("not run") == 1 and "Stage II: outcomes" not in text     # one notice, later cells dropped
     assert text.index("This run") < text.index("The power-target design")          # the requested run first
     assert not NOISE.search(_plan_section(text)), NOISE.search(_plan_section(text)).group(0)
@@ -209,8 +210,8 @@ def test_plan_only_api_model_cost_and_time_for_people(tmp_path):
     from acrb_nb.acrb.plan import plan_run
     r = cli("-p", "model", "gpt-image-1", "-p", "plan_only", "True", cwd=tmp_path)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    h = read_headlines(tmp_path / "reports" / "acrb" / "gpt-image-1.ipynb")
-    text = text_of(tmp_path / "reports" / "acrb" / "gpt-image-1.html")
+    h = read_headlines(report_file(tmp_path / "reports", "acrb", "gpt-image-1", ".ipynb"))
+    text = text_of(report_file(tmp_path / "reports", "acrb", "gpt-image-1"))
     want = plan_run("gpt-image-1", n_base_prompts=18, n_judges=1).plan                # the template's defaults
     assert h["generator_calls"] == want["generator_calls"] == 18 * 24
     assert h["cost_usd"] == want["cost_usd_expected"] == round(h["cost_usd"], 2) > 0  # dollars and cents

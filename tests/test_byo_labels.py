@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from report_files import report_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -33,7 +34,7 @@ def acrb_cli(cwd: Path, *args: str, env=None) -> str:
                        capture_output=True, text=True, timeout=800)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
     model = args[args.index("model") + 1] if "model" in args else "sim"
-    return (cwd / "reports" / "acrb" / f"{model}.html").read_text()
+    return (report_file(cwd / "reports", "acrb", model)).read_text()
 
 
 def html_tables(html: str) -> list:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from report_files import report_file
 from PIL import Image
 
 from acrb_nb.acrb.pipeline import model_ref, run_acrb
@@ -77,7 +78,7 @@ def test_acrb_report_compare_from_an_empty_folder(two_runs, tmp_path):
            "-p", "n_boot", "300", "--nbs", str(ROOT / "nbs")]
     p = subprocess.run(cmd, cwd=here, env={**os.environ, "ACRB_PROGRESS": "0"}, capture_output=True, text=True, timeout=500)
     assert p.returncode == 0, p.stdout + p.stderr
-    html = (here / "reports" / "compare" / "gpt-image-1-vs-gemini-2.5-flash-image.html").read_text()
+    html = (report_file(here / "reports", "compare", "gpt-image-1-vs-gemini-2.5-flash-image")).read_text()
     assert "2 of " in html and "paired comparisons" in html and "religion:Muslim" in html
     index = (here / "reports" / "index.html").read_text()
     assert "<h2>Model comparisons</h2>" in index and "compare/gpt-image-1-vs-gemini-2.5-flash-image.html" in index
@@ -103,7 +104,7 @@ def test_fairness_predictions_compared_on_the_same_rows(tmp_path):
     row = json.loads((tmp_path / "reports" / "index.json").read_text())["reports"][0]
     assert (row["study"], row["headlines"]["rows"], row["headlines"]["predictions"]) == ("compare", 200, 2)
     assert row["headlines"]["differences"] >= 1          # 27 rows more positive at the lower threshold, all one way
-    assert "target_group=muslim" in (tmp_path / "reports" / "compare" / "apc.html").read_text()
+    assert "target_group=muslim" in (report_file(tmp_path / "reports", "compare", "apc")).read_text()
 
 
 @pytest.fixture(scope="module")

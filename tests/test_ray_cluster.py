@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from report_files import report_file
 
 ray = pytest.importorskip("ray")
 
@@ -111,7 +112,7 @@ def test_audit_and_scoring_on_two_nodes_equal_local(cluster, tmp_path, slow_conf
     p = subprocess.run(cmd, cwd=tmp_path, env=cluster.env, capture_output=True, text=True, timeout=280)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     assert all(n.alive for n in cluster.nodes)                     # the report's driver left; the cluster runs on
-    nb = json.loads((tmp_path / "reports" / "acrb" / "sim.ipynb").read_text())
+    nb = json.loads((report_file(tmp_path / "reports", "acrb", "sim", ".ipynb")).read_text())
     assert nb["metadata"]["papermill"]["parameters"]["execution"] == {"executor": "ray", "address": cluster.address,
                                                                        "num_actors": 2, "batch_size": 2}
     man = json.loads((tmp_path / "run" / "manifest.json").read_text())
@@ -122,7 +123,7 @@ def test_audit_and_scoring_on_two_nodes_equal_local(cluster, tmp_path, slow_conf
         assert len(nodes) == 2 and all(n["items"] > 0 for n in nodes.values()), ex["stages"]
     items = ItemStore(tmp_path / "run" / "items.sqlite").entries()
     assert {e["node"] for e in items} == set(ex["stages"]["stage2"]["nodes"])   # each item's node, stored with it
-    html = (tmp_path / "reports" / "acrb" / "sim.html").read_text()
+    html = (report_file(tmp_path / "reports", "acrb", "sim")).read_text()
     assert "ray × 2 workers on 2 nodes" in html and all(f"items computed on node {n[:8]}" in html for n in ex["stages"]["stage2"]["nodes"])
     # one driver at a time (two would share the cluster's 2 CPUs: each could get one node); the local runs meanwhile
     tox = driver(cluster, "toxicity", cluster.address, tmp_path / "tox")
