@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 from unittest import mock
 
-from .params import NO_DEFAULT, ParameterError, SecretParameterError, parse_value  # what a report is given (89_params)
+from .params import NO_DEFAULT, ParameterError, SecretParameterError, parse_value, template_parameters  # (89_params)
 from .checks import prepare_parameters  # every input checked before anything is written (89a_checks)
 
 # %% auto #0

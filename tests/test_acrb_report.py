@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from report_files import report_file
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "nbs" / "acrb.ipynb"
@@ -101,7 +102,7 @@ def test_plan_only_makes_no_model_call(tmp_path, loopback):
     r = subprocess.run([str(SCRIPT), "acrb", "-p", "model", "gpt-image-1", "-p", "plan_only", "True", "--out", str(out)],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    html = (out / "acrb" / "gpt-image-1.html").read_text()
+    html = report_file(out, "acrb", "gpt-image-1").read_text()
     assert "generator calls" in html and "human labels per value" in html and "OPENAI_IMAGE_PRICES" in html
     # one "not run" notice where the report stops; the later sections are not published (issue 28, item 4)
     assert html.count("plan_only=True: not run") == 1 and "Stage II: outcomes" not in html

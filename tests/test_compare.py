@@ -78,10 +78,11 @@ def test_acrb_report_compare_from_an_empty_folder(two_runs, tmp_path):
            "-p", "n_boot", "300", "--nbs", str(ROOT / "nbs")]
     p = subprocess.run(cmd, cwd=here, env={**os.environ, "ACRB_PROGRESS": "0"}, capture_output=True, text=True, timeout=500)
     assert p.returncode == 0, p.stdout + p.stderr
-    html = (report_file(here / "reports", "compare", "gpt-image-1-vs-gemini-2.5-flash-image")).read_text()
+    page = report_file(here / "reports", "compare", "gpt-image-1-vs-gemini-2.5-flash-image")   # named after the runs compared
+    html = page.read_text()
     assert "2 of " in html and "paired comparisons" in html and "religion:Muslim" in html
     index = (here / "reports" / "index.html").read_text()
-    assert "<h2>Model comparisons</h2>" in index and "compare/gpt-image-1-vs-gemini-2.5-flash-image.html" in index
+    assert "<h2>Model comparisons</h2>" in index and page.relative_to(here / "reports").as_posix() in index
     row = json.loads((here / "reports" / "index.json").read_text())["reports"][0]
     assert row["study"] == "compare" and row["headlines"]["differences"] == 2 and row["headlines"]["shared_items"] == 84
     assert sorted(q.name for q in here.iterdir()) == ["reports"]     # nothing else written next to the user

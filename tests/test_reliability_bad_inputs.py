@@ -169,21 +169,23 @@ def _png(im):
 
 @pytest.mark.parametrize("kind", ["zero-byte", "truncated", "not-an-image"])
 def test_corrupt_source_image_in_existing_i2i_run(i2i_run, tmp_path, kind, counted):
-    "A bad file appears in the source folder of an existing I2I run: the resume names the file; the run stays intact."
+    """A bad file appears in the source folder of an existing I2I run (issue 48 item 5): the resume excludes it with its
+    reason, as a photograph with no person is, and goes on with the readable ones; no stored item changes or is repeated."""
+    import pandas as pd
     from acrb_nb.acrb.pipeline import run_acrb
     run_dir, src, kw = i2i_run
-    before, manifest_before = _tree(run_dir), (run_dir / "manifest.json").read_bytes()
+    before = _tree(run_dir)
     real = sorted(src.glob("*.jpg"))[0].read_bytes()
     bad = src / f"zz_{kind}.png"
     bad.write_bytes({"zero-byte": b"", "truncated": real[: len(real) // 3], "not-an-image": b"<html>404</html>" * 10}[kind])
-    try:
-        msg = _fails(lambda: run_acrb(**kw, run_dir=str(run_dir)), ValueError, bad.name, "Remove or replace it")
-    finally:
-        bad.unlink()
-    # the sources are read and checked before the run is opened (issue 28): the attempt fails loudly, naming the file,
-    # and leaves the run's manifest, and so its status, untouched
-    assert (run_dir / "manifest.json").read_bytes() == manifest_before
-    counted["kind"] = "error" if _intact(run_dir, before) else None
+    try: run_acrb(**kw, run_dir=str(run_dir))
+    finally: bad.unlink()
+    sources = pd.read_csv(run_dir / "sources.csv")
+    row = sources[sources.source_id.astype(str) == bad.name]
+    assert len(row) == 1 and not row.kept.astype(bool).iloc[0] and not row.readable.astype(bool).iloc[0], sources   # excluded
+    assert "unreadable" in row.reason.iloc[0] and "replace or remove the file" in row.reason.iloc[0], row.reason.iloc[0]
+    assert _tree(run_dir)["items"] == before["items"]                       # nothing stored changed, nothing repeated
+    counted["kind"] = "graceful"
 
 
 def test_missing_and_empty_source_folder(tmp_path, counted):

@@ -28,7 +28,7 @@ from ..execution import Execution, AdapterRef
 # %% auto #0
 __all__ = ['SIM_TRUTH', 'resolve_judge', 'judge_ref', 'judge_name', 'AllCallsFailed', 'check_not_all_failed', 'JudgeCorrection',
            'judge_correction', 'LabelShortfall', 'labelling_folder', 'cited_clusters', 'export_labelling_sample',
-           'AnalysisOptions', 'AcrbResult', 'sim_truth', 'model_ref', 'run_acrb']
+           'AnalysisOptions', 'AcrbResult', 'sim_truth', 'model_ref', 'PromptInputs', 'run_acrb']
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #0c2530cf
 def resolve_judge(judge:str, # a judge name, or "auto"
@@ -420,6 +420,15 @@ def _check_run_args(mode:str, # "t2i" or "i2i"
             raise ValueError(f"{n} must be an integer ≥ 1{' or None (all)' if n == 'n_base_prompts' else ''}, got {v!r}")
     if labels is not None: validation.check_labels_file(labels)  # there, beside its sample.json, key and human_label: before any folder
 
+# %% ../../nbs/15_acrb.pipeline.ipynb #2c678946
+@dataclasses.dataclass(frozen=True)
+class PromptInputs(Options):
+    """What an audit's Stage I prompts are made of: the identity values, the scenes and, for LLM mode, the model that
+    writes them. Part of the run's spec (other inputs, other prompts, another run)."""
+    attribute_set:str|Mapping="v1" # "v1", "v2", your own YAML path (dimensions, values, subjects, cues) or a parsed dict
+    base_prompts:str|Mapping="v1" # "v1" (the shipped 108 scenes), your own YAML path (each with one {subject}) or parsed prompts
+    llm:str|None=None # TextLM name for Stage I LLM mode (None: template mode)
+
 # %% ../../nbs/15_acrb.pipeline.ipynb #6ec24fcc
 def run_acrb(model:str|AdapterRef="sim", # image generator (t2i) or editor (i2i): a registry name, or `model_ref(...)` with options
              mode:str="t2i", # "t2i" or "i2i"
@@ -427,18 +436,17 @@ def run_acrb(model:str|AdapterRef="sim", # image generator (t2i) or editor (i2i)
              domains:Sequence[str]|None=None, # domains to include (None: all of the base prompts')
              n_base_prompts:int|None=None, # base prompts, stratified by domain (None: all); in i2i each edits one photograph
              images_per_prompt:int=1, # images per prompt (t2i) or edits per base prompt × attribute value (i2i)
-             llm:str|None=None, # TextLM name for Stage I LLM mode (None: template mode)
              judge:str|AdapterRef|Sequence="auto", # cue judge (`resolve_judge`), or [judge, second judge] for their agreement
              seed:int=0, # master seed
              source_dir:str|None=None, # I2I photographs of people, each checked for a person (default: data/images/people)
-             attribute_set:str="v1", # "v1", "v2" or a YAML path (your own dimensions and values)
              run_dir:str|os.PathLike|None=None, # run folder (default: runs/acrb/<model>/<run_id> under the current folder)
-             base_prompts:str="v1", # "v1" or a YAML path (your own scenes, each with one {subject} slot)
+             prompts:PromptInputs|Mapping|None=None, # what Stage I is made of: attribute set, base prompts, LLM (`PromptInputs`)
              *, analysis:AnalysisOptions|Mapping|None=None, # how the items become numbers (`AnalysisOptions`; not in the spec)
              execution:Execution|str|Mapping|None="local", # how every model call of the audit runs (`Execution`; not in the spec)
             )->AcrbResult:
     "Run (or resume) a full ACRB audit and compute its metrics."
-    execution, opts = Execution.of(execution), AnalysisOptions.of(analysis)
+    execution, opts, P = Execution.of(execution), AnalysisOptions.of(analysis), PromptInputs.of(prompts)
+    attribute_set, base_prompts, llm = P.attribute_set, P.base_prompts, P.llm
     attributes, domains = as_list(attributes, "attributes"), as_list(domains, "domains")  # "religion", "culture,gender" or a list
     _check_run_args(mode, domains, n_base_prompts, images_per_prompt, opts.labels)
     gen_ref, judge_refs, cfg_sha = _adapters(model, mode, judge)  # unknown names and bad sim configs fail here

@@ -388,7 +388,7 @@ def acrb_input_problems(attribute_set="v1", # "v1", "v2", a YAML/JSON path, or a
         dims = full.dimensions
         bad = [d for d in attributes or [] if d not in dims]
         out += [("attributes", f"{d!r} is not a dimension of attribute set {full.name!r}{_did_you_mean(d, dims)} "
-                               f"(it has {', '.join(dims)})") for d in bad]
+                               f"(choose from {', '.join(dims)})") for d in bad]
         if not bad: attrs = load_attributes(attribute_set, list(attributes) if attributes else None)
     try: bps = load_base_prompts(base_prompts)   # the clash check runs below, on the domains that will run
     except (ValueError, FileNotFoundError, OSError) as e: out.append(("base_prompts", str(e)))
@@ -396,7 +396,7 @@ def acrb_input_problems(attribute_set="v1", # "v1", "v2", a YAML/JSON path, or a
     have = list(dict.fromkeys(p.domain for p in bps.prompts))
     bad = [d for d in domains or [] if d not in have]
     out += [("domains", f"{d!r} is not a domain of base prompts {bps.label}{_did_you_mean(d, have)} "
-                        f"(they have {', '.join(have)})") for d in bad]
+                        f"(choose from {', '.join(have)})") for d in bad]
     if attrs is not None and not bad:
         keep = [p for p in bps.prompts if not domains or p.domain in domains]
         user = not (isinstance(base_prompts, str) and base_prompts == "v1")
