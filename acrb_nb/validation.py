@@ -13,12 +13,14 @@ from .labels import LABELS_CSV, SAMPLE_JSON, LabelSample, label_key, sample_ids,
 from .labels import export_for_labelling, check_labels_file, import_labels, labels_frame
 from .stats.resample import check_columns
 from .stats.rates import binom_ci, disparity
-from .stats.ppi import stratum_ids, corrected_rates, corrected_delta
+from .stats.ppi import stratum_ids, corrected_rates, corrected_delta, binarize, design_rates
 _all_ = ["LABELS_CSV", "SAMPLE_JSON", "LabelSample", "label_key", "sample_ids", "sample_design",
          "export_for_labelling", "check_labels_file", "import_labels", "labels_frame"]   # re-exported from labels
 
 # %% auto #0
-__all__ = ['PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS', 'LabelPopulation', 'label_items', 'allocate', 'sample_items',
+__all__ = ['DESIGNS', 'ACTIVE_FLOOR', 'PRIOR_ERROR', 'PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS', 'LabelPopulation',
+           'label_items', 'allocate', 'sample_items', 'judge_probability', 'active_pi', 'verdict_error_prior',
+           'neyman_allocation', 'auto_design', 'design_correction', 'simulate_design_audit', 'design_delta',
            'simulate_judged_audit', 'coverage_study', 'coverage_summary', 'LABELS_CSV', 'SAMPLE_JSON', 'LabelSample',
            'label_key', 'sample_ids', 'sample_design', 'export_for_labelling', 'check_labels_file', 'import_labels',
            'labels_frame']
@@ -27,7 +29,7 @@ __all__ = ['PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS', 'LabelPopulation', 'l
 @dataclasses.dataclass(frozen=True, eq=False)
 class LabelPopulation:
     "The items a rate is computed over, in the labelling format, with the columns that define its strata."
-    items: pd.DataFrame # key, stratum columns, image, text, question, verdict (+ kept columns)
+    items: pd.DataFrame # key, stratum columns, image, text, question, verdict, prob (+ kept columns)
     strata: tuple # stratum columns of `items`
     scope: Mapping|None = None # the population's name and prompts, recorded in a sample's design; None: every item of the run
 
@@ -35,13 +37,14 @@ def label_items(df:pd.DataFrame, # one row per item of the population (the items
                 *, key:str="key", # column holding the run's item key
                 strata:Sequence[str]=("attribute_id",), # stratum columns kept for sampling and reporting
                 verdict:str|None=None, # column with the judge's verdict (None: no verdict column)
+                prob:str|None=None, # column with the judge's probability of the outcome (None: it gives none)
                 image:str|None=None, # column with an image path (or a list of paths) to look at
                 text:str|None=None, # column with a text to read
                 question:str="", # a column name (one question per row) or the question itself
                 keep:Sequence[str]=(), # further columns to carry along (not shown to the labeller)
                )->LabelPopulation:
     "The population in the labelling format: key, strata, image/text, question, verdict (+ kept columns)."
-    check_columns(df, [key, list(strata), verdict, image, text, list(keep)], "label_items")
+    check_columns(df, [key, list(strata), verdict, prob, image, text, list(keep)], "label_items")
     if image is None and text is None: raise ValueError("label_items: give image= or text= (a labeller needs something to look at)")
     if df[key].isna().any(): raise ValueError(f"label_items: column '{key}' has missing keys; every item needs its run key")
     dup = df[key].duplicated()
@@ -53,11 +56,16 @@ def label_items(df:pd.DataFrame, # one row per item of the population (the items
     out["text"] = df[text].to_numpy() if text else None
     out["question"] = df[question].astype(str).to_numpy() if question in df.columns else str(question)
     out["verdict"] = df[verdict].to_numpy() if verdict else None
+    out["prob"] = pd.to_numeric(df[prob], errors="coerce").to_numpy(float) if prob else np.nan
     for c in keep:
         if c not in out.columns: out[c] = df[c].to_numpy()
     return LabelPopulation(out, tuple(strata))
 
 # %% ../nbs/07_validation.ipynb #99c792c0
+DESIGNS = ("uniform", "verdict-neyman", "active", "auto") # labelling designs; "auto" picks one for the judge at hand
+ACTIVE_FLOOR = 0.2 # share of an active design's π spread uniformly: no π below 0.2·n/N (chosen on bench/labels.py's dev configs)
+PRIOR_ERROR = 0.1 # a verdict-only judge's assumed error rate when it states no confidence
+
 def allocate(sizes:Mapping[str, int], # stratum → number of items N_h
              n:int, # labels wanted in total
              allocation:str="equal", # "equal" or "proportional"
@@ -97,8 +105,13 @@ def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `lab
                  allocation:str="equal", # "equal" or "proportional"
                  seed:int=0, # sampling seed
                  key:str="key", # item key column
+                 *, design:str="uniform", # "uniform", "verdict-neyman", "active" or "auto" (see below)
+                 positive:Sequence|None=None, # verdicts that count as the outcome (needed by the other designs)
+                 floor:float=ACTIVE_FLOOR, # active: share of π spread uniformly
+                 prior_error:float|None=None, # the judge's error rate the designs assume (None: from its confidence, else 0.1)
+                 sigma:Mapping|None=None, # verdict-neyman: σ of the judge's error per stratum from a pilot ('<stratum>|verdict=1': σ)
                 )->LabelSample:
-    "Stratified simple random sample without replacement: the sampled rows with stratum, N_h, n_h, π and weight 1/π."
+    "Labelling sample: stratified random (uniform), verdict-stratified Neyman, or active (Poisson, π ∝ the judge's uncertainty)."
     pop = None if isinstance(items, pd.DataFrame) else items  # a LabelPopulation (from any study's builder)
     if pop is not None: items, strata = pop.items, (pop.strata if strata is None else strata)
     strata = list(strata or [])
@@ -108,18 +121,228 @@ def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `lab
     d["stratum"] = stratum_ids(d, strata)
     sizes = d.groupby("stratum").size().to_dict()
     alloc = allocate(sizes, n, allocation, seed)
-    parts = []
-    for h, g in d.groupby("stratum", sort=True):
-        g = g.sort_values(key, kind="stable")
-        take = np.sort(rng(seed, "validation.sample", h).permutation(len(g))[:alloc[h]])
-        parts.append(g.iloc[take].assign(N_h=len(g), n_h=alloc[h]))
-    out = pd.concat(parts, ignore_index=True)
-    out["pi"] = out.n_h / out.N_h
+    if design not in DESIGNS: raise ValueError(f"design={design!r}; use one of {list(DESIGNS)}")
+    chosen = auto_design(_verdict01(d, positive), pd.to_numeric(d.get("prob", pd.Series(np.nan, index=d.index)),
+                                                                errors="coerce"), d.stratum) if design == "auto" else design
+    extra = {}
+    if chosen == "uniform":
+        parts = []
+        for h, g in d.groupby("stratum", sort=True):
+            g = g.sort_values(key, kind="stable")
+            take = np.sort(rng(seed, "validation.sample", h).permutation(len(g))[:alloc[h]])
+            parts.append(g.iloc[take].assign(N_h=len(g), n_h=alloc[h]))
+        out = pd.concat(parts, ignore_index=True)
+        out["pi"] = out.n_h / out.N_h
+        per = {h: {"N": int(sizes[h]), "n": int(alloc[h]), "pi": alloc[h] / sizes[h]} for h in sorted(sizes)}
+    else:
+        out, per = _design_sample(d, alloc, chosen, seed, key, positive, floor, prior_error, sigma)
+        has_p = "prob" in d and pd.to_numeric(d["prob"], errors="coerce").notna().all()
+        extra = {"design": chosen, "requested": design, "poisson": chosen == "active", "per_value": {h: int(alloc[h]) for h in sorted(alloc)},
+                 "prediction": "probability" if has_p else "verdict", "positive": [str(p) for p in positive or []],
+                 **({"floor": float(floor)} if chosen == "active" else {}), **({"prior_error": prior_error} if prior_error else {})}
     out["weight"] = 1.0 / out.pi
     return LabelSample(out, tuple(strata), {
-        "strata": strata, "allocation": allocation, "seed": int(seed), "n": int(n), "population": int(len(d)),
-        "per_stratum": {h: {"N": int(sizes[h]), "n": int(alloc[h]), "pi": alloc[h] / sizes[h]} for h in sorted(sizes)},
-        **({"scope": json.loads(canonical_json(scope))} if (scope := getattr(pop, "scope", None)) else {})})
+        "strata": strata, "allocation": allocation, "seed": int(seed), "n": int(n), "population": int(len(d)), "per_stratum": per,
+        **extra, **({"scope": json.loads(canonical_json(scope))} if (scope := getattr(pop, "scope", None)) else {})})
+
+# %% ../nbs/07_validation.ipynb #2a928a76
+def judge_probability(verdict, # the judge's verdict (a label string or 0/1)
+                      positive:Sequence, # verdicts that count as the outcome (e.g. ERASED)
+                      confidence=None, # its stated confidence in the verdict (0–100 or 0–1), None: none stated
+                      probs=None, # its label probabilities {label: p} (a log-probability judge), None: none
+                     )->float:
+    "The judge's probability of the outcome: from its label probabilities, else from its confidence in its verdict, else NaN."
+    pos = {str(p).lower() for p in positive}
+    if isinstance(probs, Mapping) and probs:
+        tot = sum(float(v) for v in probs.values())
+        if tot > 0: return float(sum(float(v) for k, v in probs.items() if str(k).lower() in pos) / tot)
+    if confidence is None or (isinstance(confidence, float) and math.isnan(confidence)) or verdict is None: return math.nan
+    c = float(confidence) / (100.0 if float(confidence) > 1 else 1.0)
+    return c if str(verdict).strip().lower() in pos or verdict == 1 else 1.0 - c
+
+def active_pi(u, # each item's uncertainty score (≥ 0): √(p(1 − p)) for a probability judge
+              n:float, # expected labels among these items
+              floor:float=ACTIVE_FLOOR, # share of π spread uniformly (every π ≥ floor·n/N)
+             )->np.ndarray:
+    "Inclusion probabilities ∝ (1 − floor)·u/mean(u) + floor, summing to n, capped at 1 (the excess spread over the rest)."
+    u = np.asarray(u, float)
+    N = len(u)
+    if not 0 <= floor <= 1: raise ValueError(f"floor={floor}: give a share between 0 and 1")
+    if (u < 0).any() or np.isnan(u).any(): raise ValueError("active_pi: uncertainty scores must be ≥ 0 and not NaN")
+    if n >= N: return np.ones(N)
+    q = (1 - floor) * u / u.mean() + floor if u.mean() > 0 else np.ones(N)
+    pi, fixed = np.zeros(N), np.zeros(N, bool)
+    while True:
+        pi[~fixed] = (n - fixed.sum()) * q[~fixed] / q[~fixed].sum()
+        over = ~fixed & (pi >= 1)
+        if not over.any(): return pi
+        fixed |= over
+        pi[fixed] = 1.0
+
+def verdict_error_prior(rate:float, # the judge-reported rate of the group (share of verdicts = 1)
+                        error:float=PRIOR_ERROR, # the judge's assumed error rate, the same both ways
+                       )->dict:
+    "P(human ≠ judge | verdict) for verdicts 1 and 0 when the judge errs at `error` both ways (Bayes from the reported rate)."
+    e = min(max(float(error), 1e-3), 0.49)
+    th = min(max((rate - e) / (1 - 2 * e), 0.01), 0.99)
+    r = th * (1 - e) + (1 - th) * e
+    return {1: (1 - th) * e / r, 0: th * e / (1 - r)}
+
+def neyman_allocation(sizes:Mapping[str, int], # stratum → N_h
+                      sd:Mapping[str, float], # stratum → σ_h (the sd of the judge's error there)
+                      n:int, # labels for these strata
+                      min_n:int=2, # every stratum gets at least this many (or all its items): its variance needs them
+                     )->dict:
+    "Labels per stratum ∝ N_h·σ_h (Neyman), at least `min_n`, at most N_h; largest-remainder rounding."
+    hs = sorted(sizes)
+    a = {h: min(sizes[h], min_n) for h in hs}
+    left = n - sum(a.values())
+    while left > 0:
+        open_ = [h for h in hs if a[h] < sizes[h]]
+        if not open_: break
+        w = {h: sizes[h] * max(sd[h], 1e-6) for h in open_}
+        q = {h: left * w[h] / sum(w.values()) for h in open_}
+        add = {h: min(sizes[h] - a[h], int(math.floor(q[h]))) for h in open_}
+        if sum(add.values()) == 0: add[max(open_, key=lambda h: (q[h] - math.floor(q[h]), h))] = 1
+        for h in open_: a[h] += add[h]
+        left = n - sum(a.values())
+    return a
+
+# %% ../nbs/07_validation.ipynb #f76cc32f
+def _verdict01(d:pd.DataFrame, positive)->np.ndarray:
+    "The population's verdicts as 0/1 (`positive` names the verdicts that count as 1; numeric verdicts pass through)."
+    if positive is not None: return binarize(d.verdict, positive)
+    v = pd.to_numeric(d.verdict, errors="coerce").to_numpy(float)
+    if np.isnan(v).any() or not np.isin(v, (0, 1)).all():
+        raise ValueError("this design needs the judge's verdicts as 0/1: pass positive= the verdicts that count as the outcome "
+                         "(e.g. positive=ERASED for ACRB cue verdicts)")
+    return v
+
+def auto_design(verdicts, # 0/1 verdicts of the population
+                probs, # the judge's probabilities (NaN where it gives none)
+                groups, # the stratum (reported group) of each item
+               )->str:
+    """The design `bench/labels.py` shows best for this judge: "active" when it gives a probability per item that varies
+    within a group's verdicts (it knows which items it is unsure of), else "verdict-neyman"."""
+    p = np.asarray(probs, float)
+    if np.isnan(p).any(): return "verdict-neyman"
+    key = pd.Series(np.asarray(groups, object).astype(str)) + "|" + pd.Series(np.asarray(verdicts, float)).astype(str)
+    return "active" if (pd.Series(p).groupby(key.to_numpy()).nunique() > 1).any() else "verdict-neyman"
+
+def _stratum_sd(v, p, rate, prior_error)->dict:
+    "σ of the judge's error per verdict of one group: from a stated prior error, else from the judge's mean confidence."
+    e = prior_error
+    if e is None: e = PRIOR_ERROR if np.isnan(p).any() else float(np.mean(np.minimum(p, 1 - p)))
+    q = verdict_error_prior(rate, e)
+    return {k: math.sqrt(q[k] * (1 - q[k])) for k in (0, 1)}
+
+def _design_sample(d:pd.DataFrame, alloc:dict, design:str, seed:int, key:str, positive, floor:float, prior_error, sigma)->tuple:
+    "Rows of an active or verdict-neyman sample, with stratum, N_h, n_h, π; and the per-stratum record."
+    d = d.assign(_v=_verdict01(d, positive),
+                 _p=pd.to_numeric(d["prob"], errors="coerce").to_numpy(float) if "prob" in d else np.nan)
+    if d._v.isna().any(): raise ValueError("every item of the population needs a verdict; drop the items the judge did not judge")
+    parts, per = [], {}
+    for h, g in d.groupby("stratum", sort=True):
+        g = g.sort_values(key, kind="stable")
+        v, p, N = g._v.to_numpy(), g._p.to_numpy(), len(g)
+        sd = sigma if sigma is not None else _stratum_sd(v, p, v.mean(), prior_error)
+        sd = {k: float(sd.get(f"{h}|verdict={k}", sd.get(k, 0.5))) for k in (0, 1)}
+        if design == "active":
+            u = np.sqrt(p * (1 - p)) if not np.isnan(p).any() else np.array([sd[int(x)] for x in v])
+            pi = active_pi(u, alloc[h], floor)
+            take = rng(seed, "validation.active", h).random(N) < pi
+            parts.append(g.assign(stratum=h, N_h=N, n_h=alloc[h], pi=pi)[take])
+            per[h] = {"N": N, "n": float(alloc[h]), "drawn": int(take.sum()), "pi_min": float(pi.min()), "pi_max": float(pi.max())}
+            continue
+        sizes = {k: int((v == k).sum()) for k in (0, 1) if (v == k).any()}
+        nh = neyman_allocation(sizes, sd, alloc[h])
+        for k, Nk in sizes.items():
+            s = f"{h}|verdict={k}"
+            gk = g[v == k]
+            take = np.sort(rng(seed, "validation.sample", s).permutation(Nk)[:nh[k]])
+            parts.append(gk.iloc[take].assign(stratum=s, N_h=Nk, n_h=nh[k], pi=nh[k] / Nk))
+            per[s] = {"N": Nk, "n": int(nh[k]), "pi": nh[k] / Nk, "sd": sd[k]}
+    out = pd.concat(parts, ignore_index=True).drop(columns=["_v", "_p"])
+    return out, per
+
+# %% ../nbs/07_validation.ipynb #336c173d
+def design_correction(population:pd.DataFrame, # population items (`LabelPopulation.items`: key, strata, verdict, prob, …)
+                      design:dict, # the sample's record (`sample_design`): its design, strata and every sampled item's π
+                      labels:pd.DataFrame, # the imported labels (`labels_frame`: key, label)
+                      group:str, # the reported group column (e.g. attribute_id)
+                      positive:Sequence, # verdicts / labels that count as the outcome (e.g. ERASED)
+                      *, dimension:str|None=None, # column grouping groups into dimensions (for Δ)
+                      cluster:str|None=None, # cluster column (base prompt) of the design-based covariance
+                      alpha:float=0.05, # 1 - confidence level
+                      min_labels:int=30, # a uniform sample's minimum per group (other designs: `design_rates`' 10, or this if lower)
+                     )->pd.DataFrame:
+    "Corrected rates with the weights of the sample's recorded design: `corrected_rates` (uniform) or `design_rates`."
+    d0 = design["design"]
+    df = population.merge(labels[["key", "label"]], on="key", how="left")
+    df["judge"], df["human"] = binarize(df.verdict, positive), binarize(df.label, positive)
+    kind = d0.get("design", "uniform")
+    if kind == "uniform": return corrected_rates(df, group, dimension=dimension, alpha=alpha, min_labels=min_labels)
+    strata = list(d0["strata"])
+    df["stratum"] = stratum_ids(df, strata)
+    if kind == "verdict-neyman": df["stratum"] = df.stratum + "|verdict=" + df.judge.map(lambda v: str(int(v)) if v == v else "")
+    items = pd.DataFrame(design["items"])
+    pi = dict(zip(items.key, items.pi))
+    sampled = df.key.isin(set(items.key))
+    if df.human.notna().any() and not sampled[df.human.notna()].all():
+        raise ValueError("labels of items outside the sample cannot enter a design-based estimate; import only the sample's labels")
+    rho = (df[df.human.notna()].groupby("stratum").size() / df[sampled].groupby("stratum").size()).fillna(0.0)
+    df["pi"] = df.key.map(pi).fillna(1.0).to_numpy(float) * df.stratum.map(rho).fillna(1.0).to_numpy(float)  # partly labelled: a random part
+    return design_rates(df, group, prob="prob" if d0.get("prediction") == "probability" else None, stratum="stratum",
+                        poisson=bool(d0.get("poisson")), cluster=cluster, dimension=dimension, alpha=alpha,
+                        min_labels=min(min_labels, 10))
+
+# %% ../nbs/07_validation.ipynb #f068755b
+def simulate_design_audit(rates:Mapping[str, float], # true rate per group (e.g. erasure per attribute value)
+                          *, sharpness:float|None=0.7, # a calibrated probability judge of this sharpness; None: a flat-error judge
+                          calibration:float=1.0, # its logit scale (1 = calibrated)
+                          miss:Mapping[str, float]|float=0.05, # flat-error judge: P(judge says 1 | truth 0) per group
+                          false_cue:float=0.05, # flat-error judge: P(judge says 0 | truth 1)
+                          confidence:float=0.9, # flat-error judge: its stated confidence, the same for every verdict
+                          n_prompts:int=100, # clusters (base prompts); each gives `images` items to every group
+                          images:int=3, # items per prompt and group
+                          seed:int=0, # seed of this replicate
+                          dimension:str="culture", # dimension name written into the frame
+                         )->pd.DataFrame:
+    "An audit's population with planted truth, the judge's 0/1 verdict and its probability, clustered by prompt (no labels yet)."
+    from acrb_nb.adapters.planted import calibrated_judge_prob
+    g = rng(seed, "validation.design_sim")
+    per = lambda v, k: float(v[k]) if isinstance(v, Mapping) else float(v)
+    parts, N = [], n_prompts * images
+    for name, th in rates.items():
+        t = (g.random(N) < th).astype(float)
+        if sharpness is not None:
+            p = calibrated_judge_prob(th, t, sharpness, calibration, g)
+            v = (p > 0.5).astype(float)
+        else:
+            u = g.random(N)
+            v = np.where(t == 1, u >= false_cue, u < per(miss, name)).astype(float)
+            p = np.where(v == 1, confidence, 1 - confidence)
+        parts.append(pd.DataFrame({"key": [f"{name}-{i:05d}" for i in range(N)], "dimension": dimension, "group": name,
+                                   "cluster": [f"p{c:03d}" for c in np.repeat(np.arange(n_prompts), images)],
+                                   "truth": t, "verdict": v.astype(int), "prob": p}))
+    return pd.concat(parts, ignore_index=True)
+
+def design_delta(pop:pd.DataFrame, # from `simulate_design_audit`
+                 design:str, # a labelling design (`DESIGNS`)
+                 n:int, # labels in total (per group: n / groups)
+                 seed:int=0, # seed of the sample and of Δ's interval draws
+                 alpha:float=0.05, # 1 - confidence level
+                 n_draws:int=1000, # normal draws per Δ interval
+                )->dict:
+    """Draw a labelling sample with `design`, label it with the truth, correct the rates as a report would (uniform: today's
+    `corrected_rates`; the others: `design_correction`) and return Δ's corrected interval and the labels used."""
+    s = sample_items(pop, n, strata=["group"], seed=seed, design=design, positive=(1,))
+    design_rec = {"design": s.design, "items": [{"key": k, "stratum": h, "pi": p} for k, h, p in zip(s.items.key, s.items.stratum, s.items.pi)]}
+    lab = pd.DataFrame({"key": s.items.key, "label": pop.set_index("key").truth.loc[s.items.key].astype(int).astype(str).to_numpy()})
+    R = design_correction(pop, design_rec, lab, "group", (1,), dimension="dimension", cluster="cluster", alpha=alpha, min_labels=2)
+    D = corrected_delta(R, alpha=alpha, n_draws=n_draws, seed=seed, pooled=False).iloc[0]
+    return {"design": s.design.get("design", "uniform"), "labels": len(s.items), "delta": D.corrected, "lo": D.corrected_lo,
+            "hi": D.corrected_hi}
 
 # %% ../nbs/07_validation.ipynb #c1f9502a
 def simulate_judged_audit(rates:Mapping[str, float], # true rate per group (e.g. erasure per attribute value)
