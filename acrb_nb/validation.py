@@ -20,7 +20,7 @@ _all_ = ["LABELS_CSV", "SAMPLE_JSON", "LabelSample", "label_key", "sample_ids", 
 # %% auto #0
 __all__ = ['DESIGNS', 'ACTIVE_FLOOR', 'PRIOR_ERROR', 'PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS', 'LabelPopulation',
            'label_items', 'allocate', 'sample_items', 'judge_probability', 'active_pi', 'verdict_error_prior',
-           'neyman_allocation', 'auto_design', 'design_correction', 'simulate_design_audit', 'design_delta',
+           'neyman_allocation', 'simulate_design_audit', 'design_delta', 'auto_design', 'design_correction',
            'simulate_judged_audit', 'coverage_study', 'coverage_summary', 'LABELS_CSV', 'SAMPLE_JSON', 'LabelSample',
            'label_key', 'sample_ids', 'sample_design', 'export_for_labelling', 'check_labels_file', 'import_labels',
            'labels_frame']
@@ -99,6 +99,7 @@ def allocate(sizes:Mapping[str, int], # stratum → number of items N_h
             left -= add
     return a
 
+# %% ../nbs/07_validation.ipynb #69ab4115
 def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `label_items`, or a frame with one row per item)
                  n:int, # labels wanted in total
                  strata:Sequence[str]|None=None, # stratum columns (None: the population's own, or none for a plain frame)
@@ -137,7 +138,8 @@ def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `lab
     else:
         out, per = _design_sample(d, alloc, chosen, seed, key, positive, floor, prior_error, sigma)
         has_p = "prob" in d and pd.to_numeric(d["prob"], errors="coerce").notna().all()
-        extra = {"design": chosen, "requested": design, "poisson": chosen == "active", "per_value": {h: int(alloc[h]) for h in sorted(alloc)},
+        extra = {"design": chosen, "requested": design, "poisson": chosen == "active",
+                 "per_value": {h: int(alloc[h]) for h in sorted(alloc)},
                  "prediction": "probability" if has_p else "verdict", "positive": [str(p) for p in positive or []],
                  **({"floor": float(floor)} if chosen == "active" else {}), **({"prior_error": prior_error} if prior_error else {})}
     out["weight"] = 1.0 / out.pi
@@ -207,6 +209,55 @@ def neyman_allocation(sizes:Mapping[str, int], # stratum → N_h
         for h in open_: a[h] += add[h]
         left = n - sum(a.values())
     return a
+
+# %% ../nbs/07_validation.ipynb #f068755b
+def simulate_design_audit(rates:Mapping[str, float], # true rate per group (e.g. erasure per attribute value)
+                          *, sharpness:float|None=0.7, # a calibrated probability judge of this sharpness; None: a flat-error judge
+                          calibration:float=1.0, # its logit scale (1 = calibrated)
+                          miss:Mapping[str, float]|float=0.05, # flat-error judge: P(judge says 1 | truth 0) per group
+                          false_cue:float=0.05, # flat-error judge: P(judge says 0 | truth 1)
+                          confidence:float=0.9, # flat-error judge: its stated confidence, the same for every verdict
+                          n_prompts:int=100, # clusters (base prompts); each gives `images` items to every group
+                          images:int=3, # items per prompt and group
+                          seed:int=0, # seed of this replicate
+                          dimension:str="culture", # dimension name written into the frame
+                         )->pd.DataFrame:
+    "An audit's population with planted truth, the judge's 0/1 verdict and its probability, clustered by prompt (no labels yet)."
+    from acrb_nb.adapters.planted import calibrated_judge_prob
+    g = rng(seed, "validation.design_sim")
+    per = lambda v, k: float(v[k]) if isinstance(v, Mapping) else float(v)
+    parts, N = [], n_prompts * images
+    for name, th in rates.items():
+        t = (g.random(N) < th).astype(float)
+        if sharpness is not None:
+            p = calibrated_judge_prob(th, t, sharpness, calibration, g)
+            v = (p > 0.5).astype(float)
+        else:
+            u = g.random(N)
+            v = np.where(t == 1, u >= false_cue, u < per(miss, name)).astype(float)
+            p = np.where(v == 1, confidence, 1 - confidence)
+        parts.append(pd.DataFrame({"key": [f"{name}-{i:05d}" for i in range(N)], "dimension": dimension, "group": name,
+                                   "cluster": [f"p{c:03d}" for c in np.repeat(np.arange(n_prompts), images)],
+                                   "truth": t, "verdict": v.astype(int), "prob": p}))
+    return pd.concat(parts, ignore_index=True)
+
+def design_delta(pop:pd.DataFrame, # from `simulate_design_audit`
+                 design:str, # a labelling design (`DESIGNS`)
+                 n:int, # labels in total (per group: n / groups)
+                 seed:int=0, # seed of the sample and of Δ's interval draws
+                 alpha:float=0.05, # 1 - confidence level
+                 n_draws:int=1000, # normal draws per Δ interval
+                )->dict:
+    """Draw a labelling sample with `design`, label it with the truth, correct the rates as a report would (uniform: today's
+    `corrected_rates`; the others: `design_correction`) and return Δ's corrected interval and the labels used."""
+    s = sample_items(pop, n, strata=["group"], seed=seed, design=design, positive=(1,))
+    design_rec = {"design": s.design,
+                  "items": [{"key": k, "stratum": h, "pi": p} for k, h, p in zip(s.items.key, s.items.stratum, s.items.pi)]}
+    lab = pd.DataFrame({"key": s.items.key, "label": pop.set_index("key").truth.loc[s.items.key].astype(int).astype(str).to_numpy()})
+    R = design_correction(pop, design_rec, lab, "group", (1,), dimension="dimension", cluster="cluster", alpha=alpha, min_labels=2)
+    D = corrected_delta(R, alpha=alpha, n_draws=n_draws, seed=seed, pooled=False).iloc[0]
+    return {"design": s.design.get("design", "uniform"), "labels": len(s.items), "delta": D.corrected, "lo": D.corrected_lo,
+            "hi": D.corrected_hi}
 
 # %% ../nbs/07_validation.ipynb #f76cc32f
 def _verdict01(d:pd.DataFrame, positive)->np.ndarray:
@@ -291,58 +342,10 @@ def design_correction(population:pd.DataFrame, # population items (`LabelPopulat
     if df.human.notna().any() and not sampled[df.human.notna()].all():
         raise ValueError("labels of items outside the sample cannot enter a design-based estimate; import only the sample's labels")
     rho = (df[df.human.notna()].groupby("stratum").size() / df[sampled].groupby("stratum").size()).fillna(0.0)
-    df["pi"] = df.key.map(pi).fillna(1.0).to_numpy(float) * df.stratum.map(rho).fillna(1.0).to_numpy(float)  # partly labelled: a random part
+    df["pi"] = df.key.map(pi).fillna(1.0).to_numpy(float) * df.stratum.map(rho).fillna(1.0).to_numpy(float)  # partly labelled
     return design_rates(df, group, prob="prob" if d0.get("prediction") == "probability" else None, stratum="stratum",
                         poisson=bool(d0.get("poisson")), cluster=cluster, dimension=dimension, alpha=alpha,
                         min_labels=min(min_labels, 10))
-
-# %% ../nbs/07_validation.ipynb #f068755b
-def simulate_design_audit(rates:Mapping[str, float], # true rate per group (e.g. erasure per attribute value)
-                          *, sharpness:float|None=0.7, # a calibrated probability judge of this sharpness; None: a flat-error judge
-                          calibration:float=1.0, # its logit scale (1 = calibrated)
-                          miss:Mapping[str, float]|float=0.05, # flat-error judge: P(judge says 1 | truth 0) per group
-                          false_cue:float=0.05, # flat-error judge: P(judge says 0 | truth 1)
-                          confidence:float=0.9, # flat-error judge: its stated confidence, the same for every verdict
-                          n_prompts:int=100, # clusters (base prompts); each gives `images` items to every group
-                          images:int=3, # items per prompt and group
-                          seed:int=0, # seed of this replicate
-                          dimension:str="culture", # dimension name written into the frame
-                         )->pd.DataFrame:
-    "An audit's population with planted truth, the judge's 0/1 verdict and its probability, clustered by prompt (no labels yet)."
-    from acrb_nb.adapters.planted import calibrated_judge_prob
-    g = rng(seed, "validation.design_sim")
-    per = lambda v, k: float(v[k]) if isinstance(v, Mapping) else float(v)
-    parts, N = [], n_prompts * images
-    for name, th in rates.items():
-        t = (g.random(N) < th).astype(float)
-        if sharpness is not None:
-            p = calibrated_judge_prob(th, t, sharpness, calibration, g)
-            v = (p > 0.5).astype(float)
-        else:
-            u = g.random(N)
-            v = np.where(t == 1, u >= false_cue, u < per(miss, name)).astype(float)
-            p = np.where(v == 1, confidence, 1 - confidence)
-        parts.append(pd.DataFrame({"key": [f"{name}-{i:05d}" for i in range(N)], "dimension": dimension, "group": name,
-                                   "cluster": [f"p{c:03d}" for c in np.repeat(np.arange(n_prompts), images)],
-                                   "truth": t, "verdict": v.astype(int), "prob": p}))
-    return pd.concat(parts, ignore_index=True)
-
-def design_delta(pop:pd.DataFrame, # from `simulate_design_audit`
-                 design:str, # a labelling design (`DESIGNS`)
-                 n:int, # labels in total (per group: n / groups)
-                 seed:int=0, # seed of the sample and of Δ's interval draws
-                 alpha:float=0.05, # 1 - confidence level
-                 n_draws:int=1000, # normal draws per Δ interval
-                )->dict:
-    """Draw a labelling sample with `design`, label it with the truth, correct the rates as a report would (uniform: today's
-    `corrected_rates`; the others: `design_correction`) and return Δ's corrected interval and the labels used."""
-    s = sample_items(pop, n, strata=["group"], seed=seed, design=design, positive=(1,))
-    design_rec = {"design": s.design, "items": [{"key": k, "stratum": h, "pi": p} for k, h, p in zip(s.items.key, s.items.stratum, s.items.pi)]}
-    lab = pd.DataFrame({"key": s.items.key, "label": pop.set_index("key").truth.loc[s.items.key].astype(int).astype(str).to_numpy()})
-    R = design_correction(pop, design_rec, lab, "group", (1,), dimension="dimension", cluster="cluster", alpha=alpha, min_labels=2)
-    D = corrected_delta(R, alpha=alpha, n_draws=n_draws, seed=seed, pooled=False).iloc[0]
-    return {"design": s.design.get("design", "uniform"), "labels": len(s.items), "delta": D.corrected, "lo": D.corrected_lo,
-            "hi": D.corrected_hi}
 
 # %% ../nbs/07_validation.ipynb #c1f9502a
 def simulate_judged_audit(rates:Mapping[str, float], # true rate per group (e.g. erasure per attribute value)

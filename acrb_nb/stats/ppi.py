@@ -293,12 +293,13 @@ def corrected_delta(rates:pd.DataFrame, # from `corrected_rates`
     "Δ = max − min per dimension (and pooled), judge-only and corrected side by side: plug-in, bias-corrected, `delta_interval`."
     dims = ([(dv, g) for dv, g in rates.groupby("dimension", sort=False)] if "dimension" in rates else [])
     sets = [(dv, g) for dv, g in dims if len(g) >= 2] + ([("(pooled)", rates)] if pooled or not dims else [])
-    rb, cov = as_generator(seed), rates.attrs.get("cov")   # `design_rates` leaves the rates' covariance in attrs
+    rb = as_generator(seed)
     rows = []
     for name, g in sets:
         J = delta_interval(g.judge_only, _implied_se(g.judge_only_lo, g.judge_only_hi, alpha), alpha, method, kappa, n_draws, rb)
         ok = (g.cite == "corrected").all()
-        V = None if cov is None or not ok else cov.loc[g.group.tolist(), g.group.tolist()].to_numpy()
+        V = (np.array([[c.get(h, 0.0) for h in g.group] for c in g.corrected_cov]) if ok and "corrected_cov" in g
+             and g.corrected_cov.notna().all() else None)   # `design_rates`' covariances (prompts shared between values)
         C = (delta_interval(g.corrected, g.corrected_se, alpha, method, kappa, n_draws, rb) if V is None else
              delta_interval(g.corrected, None, alpha, method, kappa, n_draws, rb, cov=V)) if ok else \
             dict.fromkeys(("delta", "delta_bc", "lo", "hi", "p_null"), np.nan) | {"method": J["method"]}
@@ -355,7 +356,8 @@ def ht_ppi_rate(y, # human labels (0/1) of the group's items, NaN where not labe
     y, f, pi = (np.asarray(a, float).reshape(-1) for a in (y, f, pi))
     N, lab = len(y), ~np.isnan(y)
     n = int(lab.sum())
-    if len(f) != N or len(pi) != N: raise ValueError(f"ht_ppi_rate: {N} labels but {len(f)} predictions and {len(pi)} π; one each per item")
+    if len(f) != N or len(pi) != N:
+        raise ValueError(f"ht_ppi_rate: {N} labels but {len(f)} predictions and {len(pi)} π; one each per item")
     if n < 2: raise ValueError(f"ht_ppi_rate: needs ≥ 2 labelled items, got {n}")
     if np.isnan(f).any(): raise ValueError("ht_ppi_rate: NaN in the predictions; every item of the population needs one")
     if not ((pi[lab] > 0) & (pi[lab] <= 1)).all(): raise ValueError("ht_ppi_rate: a labelled item has π outside (0, 1]")
@@ -401,7 +403,7 @@ def design_rates(df:pd.DataFrame, # population frame: one row per item with a ju
                  lam:float|None=1.0, # power tuning (1 = plain PPI; None = PPI++, estimated)
                  min_labels:int=10, # fewer labels in a group: judge-only rate cited
                 )->pd.DataFrame:
-    "Judge-only and design-based (HT PPI++) corrected rate per group; `attrs['cov']` holds their covariance for Δ."
+    "Judge-only and design-based (HT PPI++) corrected rate per group; `corrected_cov` holds their covariances for Δ."
     fn = "design_rates"
     check_columns(df, [group, y, yhat, prob, pi, stratum, cluster, dimension], fn)
     Y, F = numeric_outcome(df[y], y, fn, binary=True), numeric_outcome(df[yhat], yhat, fn, binary=True)
@@ -433,8 +435,8 @@ def design_rates(df:pd.DataFrame, # population frame: one row per item with a ju
             zs[g], cls[g], Ns[g], qs[g] = r["z"], (cl if cl is not None else sub.index.astype(str).to_numpy()), N, r["q"]
         rows.append(row)
     out = pd.DataFrame(rows, columns=RATE_COLUMNS)
-    if zs:
-        V = _rate_cov(zs, cls, Ns)
-        s = np.array([qs[g] for g in V.index]) / special.ndtri(1 - alpha / 2)
-        out.attrs["cov"] = V * np.outer(s, s)        # the t quantiles' small-sample widening carried into Δ
+    V = _rate_cov(zs, cls, Ns) if zs else pd.DataFrame()
+    s = np.array([qs[g] for g in V.index]) / special.ndtri(1 - alpha / 2)
+    V = V * np.outer(s, s)                         # the t quantiles' small-sample widening carried into Δ
+    out["corrected_cov"] = [V.loc[g].to_dict() if g in V.index else None for g in out.group]   # covariances with the other groups
     return out if dimension else out.drop(columns="dimension")
