@@ -104,6 +104,9 @@ def export_for_labelling(sample:LabelSample, # from `sample_items`
     missing = [k for k in sample.key if known.get(k) is None]
     if missing: raise ValueError(f"{len(missing)} sampled keys are not items of this run (e.g. {missing[0]!r}); "
                                  "sample from this run's items")
+    if show_verdict and design0.get("design", "uniform") != "uniform":
+        raise ValueError(f"show_verdict=True with a {design0['design']} sample: its labels were drawn by the judge's verdict or "
+                         "uncertainty, so a labeller must not see it; export it blind (show_verdict=False)")
     labels = [str(l).strip() for l in labels]
     if len(set(l.lower() for l in labels)) != len(labels) or "" in labels:
         raise ValueError(f"labels={labels}: give distinct, non-empty label values")
@@ -159,15 +162,32 @@ def _labels_source(source)->tuple:
     csv = check_labels_file(source)
     return _read_labels_csv(csv), json.loads((csv.parent / SAMPLE_JSON).read_text(encoding="utf-8"))["sample_id"], csv
 
+def _check_design(design:dict, source:Path, expected:str|None):
+    "Refuse labels whose sample.json disagrees with the run's record of the sample, or a caller expecting another design."
+    kind = design["design"].get("design", "uniform")
+    if expected is not None and expected != kind:
+        raise ValueError(f"sample {design['sample_id']} was drawn with the {kind} design (recorded with every item's inclusion "
+                         f"probability), not {expected}: analysed as {expected} its labels would get the wrong weights. Import "
+                         f"it without expected= (the recorded design is used), or export a {expected} sample and label that")
+    sj = Path(source).parent / SAMPLE_JSON
+    if Path(source).suffix.lower() == ".json" or not sj.exists(): return
+    meta = json.loads(sj.read_text(encoding="utf-8"))
+    if meta.get("design") != design["design"] or meta.get("items") != design["items"]:
+        raise ValueError(f"{sj} does not match the run's record of sample {design['sample_id']} (its design or its items' "
+                         "inclusion probabilities were changed); the run's record is what the estimates use — restore the "
+                         "exported sample.json, or export a new sample")
+
 def import_labels(source, # the export folder, its labels.csv (sample.json must sit beside it), or a Label Studio JSON export
                   run:Run|ItemStore, # the run the sample was drawn from
                   *, overwrite:bool=False, # replace stored labels that the CSV changes
                   labeller:str|None=None, # who labelled (recorded; a `labeller` column in the CSV wins)
+                  expected:str|None=None, # the design the caller analyses the labels under (None: the recorded one, always used)
                  )->dict:
     "Store the CSV's filled-in labels as run items (resumable): counts of added, unchanged, overwritten and blank rows."
     df, sample_id, csv = _labels_source(source)
     store = _st(run)
     design = sample_design(store, sample_id)   # the sample must have been exported from this run
+    _check_design(design, csv, expected)
     df["key"] = df.key.str.strip()
     df["human_label"] = df.human_label.str.strip()
     if df.key.duplicated().any():

@@ -21,9 +21,9 @@ _all_ = ["LABELS_CSV", "SAMPLE_JSON", "LabelSample", "label_key", "sample_ids", 
 __all__ = ['DESIGNS', 'ACTIVE_FLOOR', 'PRIOR_ERROR', 'PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS', 'LabelPopulation',
            'label_items', 'allocate', 'sample_items', 'judge_probability', 'active_pi', 'verdict_error_prior',
            'neyman_allocation', 'simulate_design_audit', 'design_delta', 'auto_design', 'design_correction',
-           'simulate_judged_audit', 'coverage_study', 'coverage_summary', 'LABELS_CSV', 'SAMPLE_JSON', 'LabelSample',
-           'label_key', 'sample_ids', 'sample_design', 'export_for_labelling', 'check_labels_file', 'import_labels',
-           'labels_frame']
+           'plan_labels', 'simulate_judged_audit', 'coverage_study', 'coverage_summary', 'LABELS_CSV', 'SAMPLE_JSON',
+           'LabelSample', 'label_key', 'sample_ids', 'sample_design', 'export_for_labelling', 'check_labels_file',
+           'import_labels', 'labels_frame']
 
 # %% ../nbs/07_validation.ipynb #335d7231
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -346,6 +346,36 @@ def design_correction(population:pd.DataFrame, # population items (`LabelPopulat
     return design_rates(df, group, prob="prob" if d0.get("prediction") == "probability" else None, stratum="stratum",
                         poisson=bool(d0.get("poisson")), cluster=cluster, dimension=dimension, alpha=alpha,
                         min_labels=min(min_labels, 10))
+
+# %% ../nbs/07_validation.ipynb #c5958832
+def plan_labels(pop:pd.DataFrame, # population as for `design_delta`: key, group, dimension, cluster, verdict (0/1), prob
+                width:float, # target mean width of the corrected Δ interval (2 × the half-width w)
+                design:str="auto", # the design to plan for
+                *, reps:int=30, # simulated audits per budget tried
+                prior_error:float=PRIOR_ERROR, # a verdict-only judge's assumed error (its probability where it gives none)
+                seed:int=0, # seed of the simulations
+                n_max:int|None=None, # the largest budget considered (None: all items)
+               )->dict:
+    """Labels needed for a corrected Δ interval of mean width `width` with `design`, before any label: the judge's
+    probabilities (or its verdicts with `prior_error`) stand in for the truth, audits are simulated and the budget bisected."""
+    p = pd.to_numeric(pop["prob"], errors="coerce").to_numpy(float) if "prob" in pop else np.full(len(pop), np.nan)
+    v = pop.verdict.to_numpy(float)
+    p = np.where(np.isnan(p), np.where(v == 1, 1 - prior_error, prior_error), p)
+    groups = pop.group.nunique()
+    def mean_width(n):
+        w = []
+        for r in range(reps):
+            g = rng(seed, "validation.plan", n, r)
+            sim = pop.assign(truth=(g.random(len(pop)) < p).astype(float))
+            o = design_delta(sim, design, int(n), seed=seed * 1000 + r, n_draws=500)
+            w.append(o["hi"] - o["lo"])
+        return float(np.nanmean(w))
+    lo, hi = 2 * groups, int(n_max or len(pop))
+    if mean_width(hi) > width: return {"design": design, "labels": None, "width": width, "note": f"not reachable with {hi} labels"}
+    while hi - lo > max(groups, 0.04 * hi):
+        mid = int(round(math.sqrt(lo * hi)))
+        lo, hi = (lo, mid) if mean_width(mid) <= width else (mid, hi)
+    return {"design": design, "labels": int(hi), "per_group": int(math.ceil(hi / groups)), "width": width}
 
 # %% ../nbs/07_validation.ipynb #c1f9502a
 def simulate_judged_audit(rates:Mapping[str, float], # true rate per group (e.g. erasure per attribute value)
