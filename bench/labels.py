@@ -22,7 +22,8 @@ judge's probabilities of one population (no truth); its prediction is compared w
 
 Ends with:  RESULT labels_ratio=… coverage_auto=… coverage_uniform=… width_ratio_equal_n=…
 Targets: labels_ratio >= 2 (calibrated sharp judge) and >= 1.0 on the flat-error judge (printed); coverage >= 0.93 for
-every design at Δ = 0.15 and Δ = 0; planner within 20%. 200 replicates (LABELS_BENCH_REPS to change it); < 3 min here.
+every design at Δ = 0.15 and Δ = 0; planner within 20%. 200 replicates (LABELS_BENCH_REPS to change it): 2 min 43 s of
+CPU here (8 min of wall time on the shared two-core machine at a load of 8).
 """
 import os, time
 
