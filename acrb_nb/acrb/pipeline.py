@@ -198,7 +198,10 @@ def judge_correction(run:Run, # the run (labels are imported into it and read fr
     lab = validation.labels_frame(run, design["sample_id"]) if design is not None and usable else pd.DataFrame(columns=["key", "label"])
     df = pop.merge(lab[["key", "label"]], on="key", how="left")
     df["judge"], df["human"] = ppi.binarize(df.verdict, ERASED), ppi.binarize(df.label, ERASED)
-    R = ppi.corrected_rates(df, "attribute_id", dimension="attribute_type", alpha=alpha, min_labels=min_labels)
+    if design is not None and usable and design["design"].get("design", "uniform") != "uniform":   # the recorded weights (issue 51)
+        R = validation.design_correction(pop, design, lab, "attribute_id", ERASED, dimension="attribute_type",
+                                         cluster="cluster" if "cluster" in pop else None, alpha=alpha, min_labels=min_labels)
+    else: R = ppi.corrected_rates(df, "attribute_id", dimension="attribute_type", alpha=alpha, min_labels=min_labels)
     D = ppi.corrected_delta(R, alpha=alpha, seed=seed)
     n = int(df.human.notna().sum())
     A = ppi.agreement(df.human, df.judge, df.attribute_id, alpha) if n else None
@@ -241,6 +244,7 @@ def export_labelling_sample(run:Run, # the run
                             label_seed:int=0, # the sample's own seed (not the run's)
                             exclude_policy_cells:bool=True, # sample the cited analysis: without policy-cell prompts (True) or all prompts
                             min_labels:int=30, # labels a value needs to be corrected: a warning names the values the sample leaves short
+                            design:str="uniform", # labelling design (`validation.DESIGNS`): "auto" labels where the judge is unsure
                            )->Path:
     "Draw a stratified random sample of the cited analysis's judged images and write it for hand labelling (blind: no verdicts shown)."
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
@@ -251,7 +255,7 @@ def export_labelling_sample(run:Run, # the run
         raise ValueError(f"{n} labels asked for, but the cited analysis ({name}) has only {len(pop.items)} judged images; ask for at "
                          f"most {len(pop.items)}" + (" (or sample all prompts with exclude_policy_cells=False)"
                                                      if exclude_policy_cells else ""))
-    smp = validation.sample_items(pop, n, seed=label_seed)
+    smp = validation.sample_items(pop, n, seed=label_seed, design=design, positive=ERASED)
     short = {h: s["n"] for h, s in smp.design["per_stratum"].items() if s["n"] < min_labels}
     if short: warnings.warn(f"the sample gives {len(short)} value(s) fewer than min_labels={min_labels} labels "
                             f"({', '.join(f'{h}: {k}' for h, k in list(short.items())[:6])}); their rates will stay judge-reported",
