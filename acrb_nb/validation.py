@@ -18,12 +18,13 @@ _all_ = ["LABELS_CSV", "SAMPLE_JSON", "LabelSample", "label_key", "sample_ids", 
          "export_for_labelling", "check_labels_file", "import_labels", "labels_frame"]   # re-exported from labels
 
 # %% auto #0
-__all__ = ['DESIGNS', 'ACTIVE_FLOOR', 'PRIOR_ERROR', 'PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS', 'LabelPopulation',
-           'label_items', 'allocate', 'sample_items', 'judge_probability', 'active_pi', 'verdict_error_prior',
-           'neyman_allocation', 'simulate_design_audit', 'design_delta', 'auto_design', 'design_correction',
-           'plan_labels', 'simulate_judged_audit', 'coverage_study', 'coverage_summary', 'LABELS_CSV', 'SAMPLE_JSON',
-           'LabelSample', 'label_key', 'sample_ids', 'sample_design', 'export_for_labelling', 'check_labels_file',
-           'import_labels', 'labels_frame']
+__all__ = ['DESIGNS', 'ACTIVE_FLOOR', 'PRIOR_ERROR', 'DESIGN_MIN_LABELS', 'PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS',
+           'LabelPopulation', 'label_items', 'allocate', 'sample_items', 'judge_probability', 'active_pi',
+           'verdict_error_prior', 'neyman_allocation', 'simulate_design_audit', 'judge_error_model', 'auto_design',
+           'design_correction', 'effective_labels', 'design_deltas', 'design_delta', 'plan_labels',
+           'simulate_judged_audit', 'coverage_study', 'coverage_summary', 'LABELS_CSV', 'SAMPLE_JSON', 'LabelSample',
+           'label_key', 'sample_ids', 'sample_design', 'export_for_labelling', 'check_labels_file', 'import_labels',
+           'labels_frame']
 
 # %% ../nbs/07_validation.ipynb #335d7231
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -106,7 +107,7 @@ def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `lab
                  allocation:str="equal", # "equal" or "proportional"
                  seed:int=0, # sampling seed
                  key:str="key", # item key column
-                 *, design:str="uniform", # "uniform", "verdict-neyman", "active" or "auto" (see below)
+                 *, design:str="uniform", # "uniform", "verdict-neyman", "active" or "auto" (the studies' exports: "auto")
                  positive:Sequence|None=None, # verdicts that count as the outcome (needed by the other designs)
                  floor:float=ACTIVE_FLOOR, # active: share of π spread uniformly
                  prior_error:float|None=None, # the judge's error rate the designs assume (None: from its confidence, else 0.1)
@@ -118,34 +119,35 @@ def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `lab
     strata = list(strata or [])
     check_columns(items, [key, strata], "sample_items")
     if items[key].duplicated().any(): raise ValueError(f"sample_items: duplicate keys in '{key}'; the population must hold each item once")
-    d = items.copy()
-    d["stratum"] = stratum_ids(d, strata)
-    sizes = d.groupby("stratum").size().to_dict()
-    alloc = allocate(sizes, n, allocation, seed)
     if design not in DESIGNS: raise ValueError(f"design={design!r}; use one of {list(DESIGNS)}")
-    chosen = auto_design(_verdict01(d, positive), pd.to_numeric(d.get("prob", pd.Series(np.nan, index=d.index)),
-                                                                errors="coerce"), d.stratum) if design == "auto" else design
+    d = items.assign(stratum=stratum_ids(items, strata)).sort_values(["stratum", key], kind="stable").reset_index(drop=True)
+    h = d.stratum.to_numpy()
+    cut = np.flatnonzero(h[1:] != h[:-1]) + 1
+    spans = [(h[a], int(a), int(b)) for a, b in zip(np.r_[0, cut], np.r_[cut, len(d)])] if len(d) else []
+    sizes = {s: b - a for s, a, b in spans}
+    alloc = allocate(sizes, n, allocation, seed)
+    chosen, why = (auto_design(_verdict01(d, positive), pd.to_numeric(d.get("prob", pd.Series(np.nan, index=d.index)),
+                                                                      errors="coerce"), d.stratum)
+                   if design == "auto" else (design, "asked for"))
     extra = {}
     if chosen == "uniform":
-        parts = []
-        for h, g in d.groupby("stratum", sort=True):
-            g = g.sort_values(key, kind="stable")
-            take = np.sort(rng(seed, "validation.sample", h).permutation(len(g))[:alloc[h]])
-            parts.append(g.iloc[take].assign(N_h=len(g), n_h=alloc[h]))
-        out = pd.concat(parts, ignore_index=True)
+        idx = [a + np.sort(rng(seed, "validation.sample", s).permutation(b - a)[:alloc[s]]) for s, a, b in spans]
+        out = d.iloc[np.concatenate(idx)].reset_index(drop=True) if idx else d.iloc[:0].copy()
+        out["N_h"], out["n_h"] = out.stratum.map(sizes).astype(int), out.stratum.map(alloc).astype(int)
         out["pi"] = out.n_h / out.N_h
-        per = {h: {"N": int(sizes[h]), "n": int(alloc[h]), "pi": alloc[h] / sizes[h]} for h in sorted(sizes)}
+        per = {s: {"N": int(sizes[s]), "n": int(alloc[s]), "pi": alloc[s] / sizes[s]} for s in sorted(sizes)}
     else:
-        out, per = _design_sample(d, alloc, chosen, seed, key, positive, floor, prior_error, sigma)
+        out, per = _design_sample(d, spans, alloc, chosen, seed, positive, floor, prior_error, sigma)
         has_p = "prob" in d and pd.to_numeric(d["prob"], errors="coerce").notna().all()
-        extra = {"design": chosen, "requested": design, "poisson": chosen == "active",
-                 "per_value": {h: int(alloc[h]) for h in sorted(alloc)},
+        extra = {"design": chosen, "requested": design, "why": why, "poisson": chosen == "active",
+                 "per_value": {s: int(alloc[s]) for s in sorted(alloc)},
                  "prediction": "probability" if has_p else "verdict", "positive": [str(p) for p in positive or []],
                  **({"floor": float(floor)} if chosen == "active" else {}), **({"prior_error": prior_error} if prior_error else {})}
     out["weight"] = 1.0 / out.pi
     return LabelSample(out, tuple(strata), {
         "strata": strata, "allocation": allocation, "seed": int(seed), "n": int(n), "population": int(len(d)), "per_stratum": per,
         **extra, **({"scope": json.loads(canonical_json(scope))} if (scope := getattr(pop, "scope", None)) else {})})
+
 
 # %% ../nbs/07_validation.ipynb #2a928a76
 def judge_probability(verdict, # the judge's verdict (a label string or 0/1)
@@ -241,23 +243,48 @@ def simulate_design_audit(rates:Mapping[str, float], # true rate per group (e.g.
                                    "truth": t, "verdict": v.astype(int), "prob": p}))
     return pd.concat(parts, ignore_index=True)
 
-def design_delta(pop:pd.DataFrame, # from `simulate_design_audit`
-                 design:str, # a labelling design (`DESIGNS`)
-                 n:int, # labels in total (per group: n / groups)
-                 seed:int=0, # seed of the sample and of Δ's interval draws
-                 alpha:float=0.05, # 1 - confidence level
-                 n_draws:int=1000, # normal draws per Δ interval
-                )->dict:
-    """Draw a labelling sample with `design`, label it with the truth, correct the rates as a report would (uniform: today's
-    `corrected_rates`; the others: `design_correction`) and return Δ's corrected interval and the labels used."""
-    s = sample_items(pop, n, strata=["group"], seed=seed, design=design, positive=(1,))
-    design_rec = {"design": s.design,
-                  "items": [{"key": k, "stratum": h, "pi": p} for k, h, p in zip(s.items.key, s.items.stratum, s.items.pi)]}
-    lab = pd.DataFrame({"key": s.items.key, "label": pop.set_index("key").truth.loc[s.items.key].astype(int).astype(str).to_numpy()})
-    R = design_correction(pop, design_rec, lab, "group", (1,), dimension="dimension", cluster="cluster", alpha=alpha, min_labels=2)
-    D = corrected_delta(R, alpha=alpha, n_draws=n_draws, seed=seed, pooled=False).iloc[0]
-    return {"design": s.design.get("design", "uniform"), "labels": len(s.items), "delta": D.corrected, "lo": D.corrected_lo,
-            "hi": D.corrected_hi}
+# %% ../nbs/07_validation.ipynb #144aaf39
+def _varies(p, verdicts, groups)->bool:
+    "Whether the judge's probability takes more than one value among the items of one group with one verdict."
+    cell = pd.factorize(np.asarray(groups, object))[0] * 2 + (np.asarray(verdicts, float) == 1)
+    return bool((pd.Series(np.asarray(p, float)).groupby(cell).nunique() > 1).any())
+
+def _prior_wrong(v, p, g, prior_error)->np.ndarray:
+    "P(human ≠ judge) per item when the judge errs at one rate both ways (`verdict_error_prior`, per group, from its reported rate)."
+    c, _ = pd.factorize(np.asarray(g, object))
+    order = np.argsort(c, kind="stable")
+    out = np.empty(len(v))
+    for ix in np.split(order, np.flatnonzero(np.diff(c[order])) + 1) if len(c) else []:
+        e, pg = prior_error, p[ix]
+        if e is None: e = PRIOR_ERROR if np.isnan(pg).any() else float(np.mean(np.minimum(pg, 1 - pg)))
+        q = verdict_error_prior(float(v[ix].mean()), e)
+        out[ix] = np.where(v[ix] == 1, q[1], q[0])
+    return out
+
+def _prior_cells(v, p, g, prior_error)->np.ndarray:
+    "P(outcome) per item under `_prior_wrong`."
+    w = _prior_wrong(v, p, g, prior_error)
+    return np.where(v == 1, 1 - w, w)
+
+def judge_error_model(verdicts, # 0/1 verdicts of the population
+                      probs, # the judge's probabilities of the outcome (NaN where it gives none)
+                      groups, # the reported group of each item
+                      *, prior_error:float|None=None, # the judge's assumed error rate (None: from its confidence, else 0.1)
+                      labels=None, # a pilot's 0/1 labels (NaN where unlabelled): each group × verdict cell moves toward them
+                     )->np.ndarray:
+    """P(outcome) of each item as the planner and the effective label counts assume it: the judge's own probability where it
+    varies within a verdict (a calibrated judge), else a judge erring at `prior_error` both ways (`verdict_error_prior`); a
+    pilot's labels move each group × verdict cell's mean to (labelled positives + 2·its mean)/(labels + 2)."""
+    v, p = np.asarray(verdicts, float), np.asarray(probs, float)
+    g = np.asarray(groups, object).astype(str)
+    out = p.copy() if not np.isnan(p).any() and prior_error is None and _varies(p, v, g) else _prior_cells(v, p, g, prior_error)
+    if labels is not None:
+        y = np.asarray(labels, float)
+        c = pd.factorize(g)[0] * 2 + (v == 1)
+        for k in np.unique(c[~np.isnan(y)]):
+            m, ml = c == k, (c == k) & ~np.isnan(y)
+            out[m] = np.clip(out[m] + (y[ml].sum() + 2 * out[m].mean()) / (ml.sum() + 2) - out[m].mean(), 1e-3, 1 - 1e-3)
+    return out
 
 # %% ../nbs/07_validation.ipynb #f76cc32f
 def _verdict01(d:pd.DataFrame, positive)->np.ndarray:
@@ -272,51 +299,76 @@ def _verdict01(d:pd.DataFrame, positive)->np.ndarray:
 def auto_design(verdicts, # 0/1 verdicts of the population
                 probs, # the judge's probabilities (NaN where it gives none)
                 groups, # the stratum (reported group) of each item
-               )->str:
-    """The design `bench/labels.py` shows best for this judge: "active" when it gives a probability per item that varies
-    within a group's verdicts (it knows which items it is unsure of), else "verdict-neyman"."""
+               )->tuple:
+    """(design, why): the design `bench/labels.py` shows best for this judge — "active" when it gives a probability per item
+    that varies within a group's verdicts (it knows which items it is unsure of), else "verdict-neyman"."""
     p = np.asarray(probs, float)
-    if np.isnan(p).any(): return "verdict-neyman"
-    key = pd.Series(np.asarray(groups, object).astype(str)) + "|" + pd.Series(np.asarray(verdicts, float)).astype(str)
-    return "active" if (pd.Series(p).groupby(key.to_numpy()).nunique() > 1).any() else "verdict-neyman"
+    if np.isnan(p).all(): return "verdict-neyman", ("the judge gives verdicts only (no probability): labels go where its errors "
+                                                    "hide, by verdict (Neyman allocation on a prior error of each verdict)")
+    if np.isnan(p).any(): return "verdict-neyman", (f"the judge gives no probability for {int(np.isnan(p).sum())} of {len(p)} items: "
+                                                    "labels are allocated by verdict (Neyman) instead of by its uncertainty")
+    if _varies(p, verdicts, groups):
+        return "active", ("the judge states a probability that varies between items with the same verdict: labels go to the "
+                          "items it is unsure of (π ∝ √(p(1 − p)), mixed with uniform)")
+    return "verdict-neyman", ("the judge states one confidence per verdict, which cannot tell its sure items from its unsure ones: "
+                              "labels are allocated by verdict (Neyman)")
 
-def _stratum_sd(v, p, rate, prior_error)->dict:
-    "σ of the judge's error per verdict of one group: from a stated prior error, else from the judge's mean confidence."
-    e = prior_error
-    if e is None: e = PRIOR_ERROR if np.isnan(p).any() else float(np.mean(np.minimum(p, 1 - p)))
-    q = verdict_error_prior(rate, e)
-    return {k: math.sqrt(q[k] * (1 - q[k])) for k in (0, 1)}
-
-def _design_sample(d:pd.DataFrame, alloc:dict, design:str, seed:int, key:str, positive, floor:float, prior_error, sigma)->tuple:
-    "Rows of an active or verdict-neyman sample, with stratum, N_h, n_h, π; and the per-stratum record."
-    d = d.assign(_v=_verdict01(d, positive),
-                 _p=pd.to_numeric(d["prob"], errors="coerce").to_numpy(float) if "prob" in d else np.nan)
-    if d._v.isna().any(): raise ValueError("every item of the population needs a verdict; drop the items the judge did not judge")
-    parts, per = [], {}
-    for h, g in d.groupby("stratum", sort=True):
-        g = g.sort_values(key, kind="stable")
-        v, p, N = g._v.to_numpy(), g._p.to_numpy(), len(g)
-        sd = sigma if sigma is not None else _stratum_sd(v, p, v.mean(), prior_error)
-        sd = {k: float(sd.get(f"{h}|verdict={k}", sd.get(k, 0.5))) for k in (0, 1)}
+def _design_sample(d:pd.DataFrame, spans:list, alloc:dict, design:str, seed:int, positive, floor:float, prior_error, sigma)->tuple:
+    "Rows of an active or verdict-neyman sample (d sorted by stratum and key; `spans`: each stratum's rows), and its record."
+    v = _verdict01(d, positive)
+    p = pd.to_numeric(d["prob"], errors="coerce").to_numpy(float) if "prob" in d else np.full(len(d), np.nan)
+    if np.isnan(v).any(): raise ValueError("every item of the population needs a verdict; drop the items the judge did not judge")
+    q = _prior_wrong(v, p, d.stratum.to_numpy().astype(str), prior_error) if sigma is None else None
+    parts, per = [], {}          # (rows, stratum, N_h, n_h, π of the rows) per design stratum
+    for h, a, b in spans:
+        vh, ph, N = v[a:b], p[a:b], b - a
+        if sigma is None:
+            sd = {k: math.sqrt(q[a:b][vh == k][0] * (1 - q[a:b][vh == k][0])) if (vh == k).any() else 0.5 for k in (0, 1)}
+        else: sd = {k: float(sigma.get(f"{h}|verdict={k}", sigma.get(k, 0.5))) for k in (0, 1)}
         if design == "active":
-            u = np.sqrt(p * (1 - p)) if not np.isnan(p).any() else np.array([sd[int(x)] for x in v])
+            u = np.sqrt(ph * (1 - ph)) if not np.isnan(ph).any() else np.array([sd[int(x)] for x in vh])
             pi = active_pi(u, alloc[h], floor)
-            take = rng(seed, "validation.active", h).random(N) < pi
-            parts.append(g.assign(stratum=h, N_h=N, n_h=alloc[h], pi=pi)[take])
-            per[h] = {"N": N, "n": float(alloc[h]), "drawn": int(take.sum()), "pi_min": float(pi.min()), "pi_max": float(pi.max())}
+            take = np.flatnonzero(rng(seed, "validation.active", h).random(N) < pi)
+            parts.append((a + take, h, N, alloc[h], pi[take]))
+            per[h] = {"N": N, "n": float(alloc[h]), "drawn": int(len(take)), "pi_min": float(pi.min()), "pi_max": float(pi.max())}
             continue
-        sizes = {k: int((v == k).sum()) for k in (0, 1) if (v == k).any()}
+        sizes = {k: int((vh == k).sum()) for k in (0, 1) if (vh == k).any()}
         nh = neyman_allocation(sizes, sd, alloc[h])
         for k, Nk in sizes.items():
             s = f"{h}|verdict={k}"
-            gk = g[v == k]
             take = np.sort(rng(seed, "validation.sample", s).permutation(Nk)[:nh[k]])
-            parts.append(gk.iloc[take].assign(stratum=s, N_h=Nk, n_h=nh[k], pi=nh[k] / Nk))
+            parts.append((a + np.flatnonzero(vh == k)[take], s, Nk, nh[k], np.full(len(take), nh[k] / Nk)))
             per[s] = {"N": Nk, "n": int(nh[k]), "pi": nh[k] / Nk, "sd": sd[k]}
-    out = pd.concat(parts, ignore_index=True).drop(columns=["_v", "_p"])
+    out = d.iloc[np.concatenate([x[0] for x in parts]).astype(int) if parts else []].reset_index(drop=True)
+    out["stratum"] = np.repeat([x[1] for x in parts], [len(x[0]) for x in parts]) if parts else []
+    out["N_h"] = np.repeat([x[2] for x in parts], [len(x[0]) for x in parts]).astype(int) if parts else []
+    out["n_h"] = np.repeat([x[3] for x in parts], [len(x[0]) for x in parts]).astype(int) if parts else []
+    out["pi"] = np.concatenate([x[4] for x in parts]) if parts else []
     return out, per
 
+
 # %% ../nbs/07_validation.ipynb #336c173d
+DESIGN_MIN_LABELS = 10 # the fewest labels a weighted design's corrected rate rests on (bench/labels.py: coverage at 12 a value)
+
+def _design_frame(population:pd.DataFrame, design:dict, labels:pd.DataFrame|None, group:str, positive)->tuple:
+    "(population with judge, human, stratum, sampled, labelled, π × labelled/sampled; the sample's design) for a weighted design."
+    d0 = design["design"]
+    lab = (pd.DataFrame(columns=["key", "human"]) if labels is None else
+           pd.DataFrame({"key": labels.key.to_numpy(), "human": binarize(labels.label, positive)}))
+    df = population.merge(lab.drop_duplicates("key"), on="key", how="left")
+    df["judge"] = binarize(df.verdict, positive)
+    df["stratum"] = stratum_ids(df, list(d0["strata"]))
+    if d0.get("design") == "verdict-neyman":
+        df["stratum"] = df.stratum + "|verdict=" + df.judge.map(lambda v: str(int(v)) if v == v else "")
+    items = design["items"] if isinstance(design["items"], pd.DataFrame) else pd.DataFrame(design["items"])
+    df["sampled"] = df.key.isin(set(items.key))
+    if df.human.notna().any() and not df.sampled[df.human.notna()].all():
+        raise ValueError("labels of items outside the sample cannot enter a design-based estimate; import only the sample's labels")
+    df["labelled"] = df.human.notna() if labels is not None else df.sampled
+    rho = (df[df.labelled].groupby("stratum").size() / df[df.sampled].groupby("stratum").size()).fillna(0.0)
+    df["pi"] = df.key.map(dict(zip(items.key, items.pi))).fillna(1.0).to_numpy(float) * df.stratum.map(rho).fillna(1.0).to_numpy(float)
+    return df, d0
+
 def design_correction(population:pd.DataFrame, # population items (`LabelPopulation.items`: key, strata, verdict, prob, …)
                       design:dict, # the sample's record (`sample_design`): its design, strata and every sampled item's π
                       labels:pd.DataFrame, # the imported labels (`labels_frame`: key, label)
@@ -325,57 +377,138 @@ def design_correction(population:pd.DataFrame, # population items (`LabelPopulat
                       *, dimension:str|None=None, # column grouping groups into dimensions (for Δ)
                       cluster:str|None=None, # cluster column (base prompt) of the design-based covariance
                       alpha:float=0.05, # 1 - confidence level
-                      min_labels:int=30, # a uniform sample's minimum per group (other designs: `design_rates`' 10, or this if lower)
+                      min_labels:int=30, # effective labels (`effective_labels`) a group needs before its corrected rate is cited
                      )->pd.DataFrame:
-    "Corrected rates with the weights of the sample's recorded design: `corrected_rates` (uniform) or `design_rates`."
-    d0 = design["design"]
-    df = population.merge(labels[["key", "label"]], on="key", how="left")
-    df["judge"], df["human"] = binarize(df.verdict, positive), binarize(df.label, positive)
-    kind = d0.get("design", "uniform")
-    if kind == "uniform": return corrected_rates(df, group, dimension=dimension, alpha=alpha, min_labels=min_labels)
-    strata = list(d0["strata"])
-    df["stratum"] = stratum_ids(df, strata)
-    if kind == "verdict-neyman": df["stratum"] = df.stratum + "|verdict=" + df.judge.map(lambda v: str(int(v)) if v == v else "")
-    items = pd.DataFrame(design["items"])
-    pi = dict(zip(items.key, items.pi))
-    sampled = df.key.isin(set(items.key))
-    if df.human.notna().any() and not sampled[df.human.notna()].all():
-        raise ValueError("labels of items outside the sample cannot enter a design-based estimate; import only the sample's labels")
-    rho = (df[df.human.notna()].groupby("stratum").size() / df[sampled].groupby("stratum").size()).fillna(0.0)
-    df["pi"] = df.key.map(pi).fillna(1.0).to_numpy(float) * df.stratum.map(rho).fillna(1.0).to_numpy(float)  # partly labelled
-    return design_rates(df, group, prob="prob" if d0.get("prediction") == "probability" else None, stratum="stratum",
-                        poisson=bool(d0.get("poisson")), cluster=cluster, dimension=dimension, alpha=alpha,
-                        min_labels=min(min_labels, 10))
+    """Corrected rates with the weights of the sample's recorded design: `corrected_rates` (uniform) or `design_rates`; a group
+    is cited corrected when its labels are worth `min_labels` uniform labels (`n_eff`) and number at least `DESIGN_MIN_LABELS`."""
+    if design["design"].get("design", "uniform") == "uniform":
+        df = population.merge(labels[["key", "label"]], on="key", how="left")
+        df["judge"], df["human"] = binarize(df.verdict, positive), binarize(df.label, positive)
+        out = corrected_rates(df, group, dimension=dimension, alpha=alpha, min_labels=min_labels)
+        return out.assign(n_eff=out.n_labels.astype(float))
+    df, d0 = _design_frame(population, design, labels, group, positive)
+    out = design_rates(df, group, prob="prob" if d0.get("prediction") == "probability" else None, stratum="stratum",
+                       poisson=bool(d0.get("poisson")), cluster=cluster, dimension=dimension, alpha=alpha,
+                       min_labels=min(min_labels, DESIGN_MIN_LABELS))
+    if min_labels <= DESIGN_MIN_LABELS: return out.assign(n_eff=np.nan)
+    ne = effective_labels(population, design, labels, group, positive).set_index("group").n_eff
+    out["n_eff"] = out.group.map(ne).to_numpy(float)
+    short = (out.cite == "corrected") & (out.n_eff < min_labels)
+    out.loc[short, ["corrected", "corrected_lo", "corrected_hi", "corrected_se", "lam"]] = np.nan
+    out.loc[short, "cite"] = "judge_only"
+    out.loc[short, "status"] = [f"judge-reported, uncorrected ({k} labels worth {e:.1f} uniform labels; min_labels = {min_labels})"
+                                for k, e in zip(out.n_labels[short], out.n_eff[short])]
+    return out
+
+
+# %% ../nbs/07_validation.ipynb #ffcd4d07
+def effective_labels(population:pd.DataFrame, # population items (`LabelPopulation.items`: key, strata, verdict, prob, …)
+                     design:dict, # the sample's record (`sample_design`): its design and every sampled item's π
+                     labels:pd.DataFrame|None, # the imported labels (key, label); None: the whole sample, as if labelled
+                     group:str, # the reported group column
+                     positive:Sequence, # verdicts / labels that count as the outcome
+                    )->pd.DataFrame:
+    """Per group: items, labels and `n_eff`, the labels of a uniform sample (today's estimator: PPI on the verdicts) that give
+    the same variance — n / deff, Kish's design effect deff = Var(design) / Var(uniform), under `judge_error_model`
+    (uniform samples: n_eff = n)."""
+    if design["design"].get("design", "uniform") == "uniform":
+        items = design["items"]
+        keys = set(labels.key) if labels is not None else set(items.key if isinstance(items, pd.DataFrame) else [i["key"] for i in items])
+        t = population.assign(_l=population.key.isin(keys)).groupby(group, sort=True)._l
+        return pd.DataFrame({"group": t.size().index.to_numpy(), "n_items": t.size().to_numpy(), "n_labels": t.sum().to_numpy(),
+                             "n_eff": t.sum().to_numpy(float)})
+    df, d0 = _design_frame(population, design, labels, group, positive)
+    v = df.judge.to_numpy(float)
+    prob = pd.to_numeric(df["prob"], errors="coerce").to_numpy(float) if "prob" in df else np.full(len(df), np.nan)
+    p = judge_error_model(v, prob, df[group].to_numpy(), prior_error=d0.get("prior_error"))
+    f = np.where(np.isnan(prob), v, prob) if d0.get("prediction") == "probability" else v
+    sq = p * (1 - f) ** 2 + (1 - p) * f ** 2                            # E(y − f)² per item
+    if not d0.get("poisson"):                                           # fixed-size strata: the spread around the stratum's mean
+        by = pd.DataFrame({"s": df.stratum, "sq": sq, "m": p - f}).groupby("s")
+        sq = (df.stratum.map(by.sq.mean()) - df.stratum.map(by.m.mean()) ** 2).to_numpy(float)
+    L = df.labelled.to_numpy()
+    t = pd.DataFrame({"g": df[group], "vd": np.where(L, sq / np.where(L, df.pi, 1.0) ** 2, 0.0), "L": L,
+                      "e": p * (1 - v) + (1 - p) * v, "m": p - v}).groupby("g", sort=True)
+    N, n = t.size(), t.L.sum()
+    vd, vu = t.vd.sum() / N ** 2, (t.e.mean() - t.m.mean() ** 2) / n.where(n > 0)
+    ne = np.where(n == 0, 0.0, np.where(vd > 0, n * vu / vd.where(vd > 0), N))
+    return pd.DataFrame({"group": N.index.to_numpy(), "n_items": N.to_numpy(), "n_labels": n.to_numpy(),
+                         "n_eff": np.minimum(ne, N.to_numpy())})
+
+# %% ../nbs/07_validation.ipynb #344ea5a0
+def design_deltas(pops:Sequence[pd.DataFrame], # populations from `simulate_design_audit` (each: one replicate of an audit)
+                  design:str, # a labelling design (`DESIGNS`)
+                  n:int, # labels in total per population (per group: n / groups)
+                  seed:int=0, # seed of the samples and of Δ's interval draws
+                  alpha:float=0.05, # 1 - confidence level
+                  n_draws:int=1000, # normal draws per Δ interval
+                 )->pd.DataFrame:
+    """`design_delta` of many populations in one pass: they are stacked as one population in which replicate r has its own
+    dimension, groups and prompts (so every group's estimate and every covariance is the one it would have alone), one
+    sample of n·R labels is drawn (each group keeps its n / groups) and corrected, and Δ's interval is computed per replicate."""
+    R = len(pops)
+    big = pd.concat([p.assign(rep=r) for r, p in enumerate(pops)], ignore_index=True)
+    tag = big.rep.astype(str) + ":"
+    big = big.assign(key=tag + big.key.astype(str), group=tag + big.group.astype(str), cluster=tag + big.cluster.astype(str),
+                     dimension=tag + big.dimension.astype(str))
+    s = sample_items(big, int(n) * R, strata=["group"], seed=seed, design=design, positive=(1,))
+    rec = {"design": s.design, "items": s.items[["key", "stratum", "pi"]]}
+    lab = pd.DataFrame({"key": s.items.key.to_numpy(), "label": s.items.truth.astype(int).astype(str).to_numpy()})
+    C = design_correction(big, rec, lab, "group", (1,), dimension="dimension", cluster="cluster", alpha=alpha, min_labels=2)
+    D = corrected_delta(C, alpha=alpha, n_draws=n_draws, seed=seed, pooled=False)
+    rep = D.dimension.str.split(":", n=1)
+    used = s.items.rep.value_counts()
+    return pd.DataFrame({"rep": rep.str[0].astype(int), "dimension": rep.str[1], "design": s.design.get("design", "uniform"),
+                         "labels": rep.str[0].astype(int).map(used).fillna(0).astype(int).to_numpy(),
+                         "delta": D.corrected, "lo": D.corrected_lo, "hi": D.corrected_hi}).sort_values(["rep", "dimension"],
+                                                                                                     ignore_index=True)
+
+def design_delta(pop:pd.DataFrame, # from `simulate_design_audit`
+                 design:str, # a labelling design (`DESIGNS`)
+                 n:int, # labels in total (per group: n / groups)
+                 seed:int=0, # seed of the sample and of Δ's interval draws
+                 alpha:float=0.05, # 1 - confidence level
+                 n_draws:int=1000, # normal draws per Δ interval
+                )->dict:
+    """Draw a labelling sample with `design`, label it with the truth, correct the rates as a report would (uniform: today's
+    `corrected_rates`; the others: `design_correction`) and return Δ's corrected interval (the first dimension's) and the labels used."""
+    o = design_deltas([pop], design, n, seed, alpha, n_draws).iloc[0]
+    return {"design": o.design, "labels": int(o.labels), "delta": o.delta, "lo": o.lo, "hi": o.hi}
 
 # %% ../nbs/07_validation.ipynb #c5958832
 def plan_labels(pop:pd.DataFrame, # population as for `design_delta`: key, group, dimension, cluster, verdict (0/1), prob
-                width:float, # target mean width of the corrected Δ interval (2 × the half-width w)
+                width:float, # target mean width of the corrected Δ interval (2 × the half-width w), in every dimension
                 design:str="auto", # the design to plan for
                 *, reps:int=30, # simulated audits per budget tried
-                prior_error:float=PRIOR_ERROR, # a verdict-only judge's assumed error (its probability where it gives none)
+                prior_error:float|None=None, # a judge's assumed error rate (None: its confidence, else 0.1; see `judge_error_model`)
+                labels=None, # a pilot's 0/1 labels (NaN where unlabelled), aligned with `pop`: they set the judge's error model
                 seed:int=0, # seed of the simulations
                 n_max:int|None=None, # the largest budget considered (None: all items)
                )->dict:
-    """Labels needed for a corrected Δ interval of mean width `width` with `design`, before any label: the judge's
-    probabilities (or its verdicts with `prior_error`) stand in for the truth, audits are simulated and the budget bisected."""
-    p = pd.to_numeric(pop["prob"], errors="coerce").to_numpy(float) if "prob" in pop else np.full(len(pop), np.nan)
-    v = pop.verdict.to_numpy(float)
-    p = np.where(np.isnan(p), np.where(v == 1, 1 - prior_error, prior_error), p)
-    groups = pop.group.nunique()
-    def mean_width(n):
-        w = []
-        for r in range(reps):
-            g = rng(seed, "validation.plan", n, r)
-            sim = pop.assign(truth=(g.random(len(pop)) < p).astype(float))
-            o = design_delta(sim, design, int(n), seed=seed * 1000 + r, n_draws=500)
-            w.append(o["hi"] - o["lo"])
-        return float(np.nanmean(w))
+    """Labels needed for a corrected Δ interval of mean width `width` with `design`, before any (more) label: the truth is
+    drawn from `judge_error_model` (the judge's probabilities, or its verdicts with `prior_error`, moved toward a pilot's
+    labels), `reps` audits are simulated per budget (`design_deltas`, the same draws at every budget) and the budget bisected."""
+    check_columns(pop, ["key", "group", "dimension", "cluster", "verdict"], "plan_labels")
+    if not width > 0: raise ValueError(f"width={width!r}: give the target mean width of Δ's interval (> 0)")
+    prob = pd.to_numeric(pop["prob"], errors="coerce").to_numpy(float) if "prob" in pop else np.full(len(pop), np.nan)
+    p = judge_error_model(pop.verdict.to_numpy(float), prob, pop.group.to_numpy(), prior_error=prior_error, labels=labels)
+    sims = [pop.assign(truth=(rng(seed, "validation.plan", r).random(len(pop)) < p).astype(float)) for r in range(reps)]
+    groups, seen = pop.group.nunique(), {}
+    def mean_width(n):   # the widest dimension's mean width
+        if n not in seen:
+            o = design_deltas(sims, design, int(n), seed=seed, n_draws=500)
+            seen[n] = float((o.hi - o.lo).groupby(o.dimension).mean().max())
+        return seen[n]
     lo, hi = 2 * groups, int(n_max or len(pop))
-    if mean_width(hi) > width: return {"design": design, "labels": None, "width": width, "note": f"not reachable with {hi} labels"}
+    out = {"design": design, "width": float(width), "reps": int(reps), "population": int(len(pop)), "groups": int(groups)}
+    if mean_width(hi) > width: return {**out, "labels": None, "width_at_max": mean_width(hi), "n_max": hi,
+                                       "note": f"not reachable: {hi} labels give a mean width of {mean_width(hi):.3f}"}
+    if mean_width(lo) <= width: hi = lo
     while hi - lo > max(groups, 0.04 * hi):
         mid = int(round(math.sqrt(lo * hi)))
         lo, hi = (lo, mid) if mean_width(mid) <= width else (mid, hi)
-    return {"design": design, "labels": int(hi), "per_group": int(math.ceil(hi / groups)), "width": width}
+    return {**out, "labels": int(hi), "per_group": int(math.ceil(hi / groups)), "width_at_plan": mean_width(hi)}
+
 
 # %% ../nbs/07_validation.ipynb #c1f9502a
 def simulate_judged_audit(rates:Mapping[str, float], # true rate per group (e.g. erasure per attribute value)

@@ -23,6 +23,9 @@ def binarize(values, # labels or verdicts (strings, numbers, None)
              positive:Sequence, # values that count as 1 (e.g. ERASED, ("toxic",), (1,))
             )->np.ndarray:
     "1.0 where a value is in `positive`, 0.0 where it is another value, NaN where it is missing or empty."
+    a = np.asarray(values.to_numpy() if isinstance(values, pd.Series) else values)
+    if a.dtype.kind in "iu" and all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in positive):
+        return np.isin(a, list(positive)).astype(float)   # integer verdicts (1/0): the same answer as the text comparison, faster
     v = pd.Series(list(values) if not isinstance(values, pd.Series) else values.to_numpy(), dtype=object)
     miss = v.isna() | v.astype(str).str.strip().eq("")
     pos = {str(p).lower() for p in positive}
@@ -339,8 +342,13 @@ def _ht_parts(y, f, pi, stratum, poisson:bool)->tuple:
 def _cluster_sums(x, cluster)->np.ndarray:
     "Sums of `x` per cluster (one cluster per item when `cluster` is None)."
     if cluster is None: return np.asarray(x, float)
-    _, inv = np.unique(np.asarray(cluster, object).astype(str), return_inverse=True)
+    _, inv = np.unique(_codes(cluster), return_inverse=True)
     return np.bincount(inv, weights=x)
+
+def _codes(labels)->np.ndarray:
+    "Integer labels as they are; any other labels as integer codes of their text."
+    a = np.asarray(labels)
+    return a if a.dtype.kind in "iu" else pd.factorize(np.asarray(a, object).astype(str))[0]
 
 def ht_ppi_rate(y, # human labels (0/1) of the group's items, NaN where not labelled
                 f, # the judge's prediction for every item: its probability of the outcome, or its 0/1 verdict
@@ -361,7 +369,7 @@ def ht_ppi_rate(y, # human labels (0/1) of the group's items, NaN where not labe
     if n < 2: raise ValueError(f"ht_ppi_rate: needs ≥ 2 labelled items, got {n}")
     if np.isnan(f).any(): raise ValueError("ht_ppi_rate: NaN in the predictions; every item of the population needs one")
     if not ((pi[lab] > 0) & (pi[lab] <= 1)).all(): raise ValueError("ht_ppi_rate: a labelled item has π outside (0, 1]")
-    h = np.zeros(N, int) if stratum is None else np.asarray(stratum, object).astype(str)
+    h = np.zeros(N, int) if stratum is None else _codes(stratum)
     A, B = _ht_parts(y, f, pi, h, poisson)
     a, b = _cluster_sums(A, cluster), _cluster_sums(B, cluster)
     C = len(a)
@@ -377,18 +385,30 @@ def ht_ppi_rate(y, # human labels (0/1) of the group's items, NaN where not labe
             "n": n, "N": N, "q": float(q), "z": z}
 
 # %% ../../nbs/04f_stats.ppi.ipynb #3dbb28d7
-def _rate_cov(zs:dict, clusters:dict, Ns:dict)->pd.DataFrame:
-    "Cluster-robust covariance of group rates from per-item contributions: groups that share clusters covary."
+def _rate_cov(zs:dict, clusters:dict, Ns:dict, scale:dict)->dict:
+    """Cluster-robust covariances of group rates from per-item contributions, {group: {group: cov}} over the groups that
+    share a cluster (the others are 0): C/(C − 1)·Σ_c e_gc·e_hc, C the clusters of their connected set of groups; each
+    row and column times its `scale` (the t quantile's widening)."""
+    from scipy import sparse
+    from scipy.sparse.csgraph import connected_components
     names = list(zs)
-    cl = sorted({str(c) for g in names for c in clusters[g]})
-    ix = {c: i for i, c in enumerate(cl)}
-    E = np.zeros((len(names), len(cl)))
-    for k, g in enumerate(names):
-        idx = np.array([ix[str(c)] for c in clusters[g]], int)
-        E[k] = np.bincount(idx, weights=zs[g] - zs[g].mean(), minlength=len(cl)) / Ns[g]
-    C = len(cl)
-    return pd.DataFrame(C / max(C - 1, 1) * (E @ E.T), index=names, columns=names)
+    codes, cl = pd.factorize(_codes(np.concatenate([np.asarray(clusters[g]) for g in names])))
+    rows = np.repeat(np.arange(len(names)), [len(zs[g]) for g in names])
+    vals = np.concatenate([(zs[g] - zs[g].mean()) / Ns[g] for g in names])
+    E = sparse.csr_matrix((vals, (rows, codes)), shape=(len(names), len(cl)))          # e_gc (duplicates summed)
+    A = sparse.csr_matrix((np.ones(len(rows)), (rows, codes)), shape=E.shape)
+    _, comp = connected_components((A @ A.T) > 0, directed=False)
+    cc = np.empty(len(cl), int)
+    cc[codes] = comp[rows]                                                              # each cluster's set of groups
+    n_cl = np.bincount(cc, minlength=comp.max() + 1)
+    V = (E @ E.T).tocoo()
+    s = np.array([scale[g] for g in names])
+    f = np.array([C / max(C - 1, 1) for C in n_cl])[comp]
+    out = {g: {} for g in names}
+    for i, j, x in zip(V.row, V.col, V.data): out[names[i]][names[j]] = float(x * f[i] * s[i] * s[j])
+    return out
 
+# %% ../../nbs/04f_stats.ppi.ipynb #c0e41794
 def design_rates(df:pd.DataFrame, # population frame: one row per item with a judge verdict, π and the design stratum
                  group:str, # group column (e.g. attribute_id)
                  *, y:str="human", # 0/1 human label (NaN = unlabelled)
@@ -411,32 +431,39 @@ def design_rates(df:pd.DataFrame, # population frame: one row per item with a ju
     d = df.loc[~np.isnan(F)].assign(_y=Y[~np.isnan(F)], _f=F[~np.isnan(F)], _p=P[~np.isnan(F)])
     if d.empty: raise ValueError(f"{fn}: no item has a judge verdict in '{yhat}'; nothing to rate")
     keys = [dimension, group] if dimension else [group]
+    gb = d.groupby(keys, sort=True)
+    gid, names = gb.ngroup().to_numpy(), gb.size().index   # each item's group (in sorted order), the groups
+    order = np.argsort(gid, kind="stable")
+    blocks = np.split(order, np.flatnonzero(np.diff(gid[order])) + 1)
+    Yd, Fd, Pd, PI = d._y.to_numpy(), d._f.to_numpy(), d._p.to_numpy(), d[pi].to_numpy(float)
+    ST = _codes(d[stratum].to_numpy())
+    CL = _codes(d[cluster].to_numpy()) if cluster else np.arange(len(d))    # no cluster: every item its own
+    Ng = np.array([len(ix) for ix in blocks])
+    kg = np.array([int(Fd[ix].sum()) for ix in blocks])
+    jlo, jhi = binom_ci(kg, Ng, alpha)
     rows, zs, cls, Ns, qs = [], {}, {}, {}, {}
-    for kv, sub in d.groupby(keys, sort=True):
+    for i, (kv, ix) in enumerate(zip(names, blocks)):
         kv = kv if isinstance(kv, tuple) else (kv,)
         dim, g = (kv if dimension else (None, kv[0]))
-        yy, f = sub._y.to_numpy(), sub._f.to_numpy()
-        N, n, k = len(f), int((~np.isnan(yy)).sum()), int(f.sum())
-        jlo, jhi = binom_ci(k, N, alpha)
+        yy, f = Yd[ix], Fd[ix]
+        N, n, k = len(f), int((~np.isnan(yy)).sum()), int(kg[i])
         row = dict.fromkeys(RATE_COLUMNS, np.nan)
-        row.update(dimension=dim, group=g, n_items=N, n_labels=n, judge_only=k / N, judge_only_lo=jlo, judge_only_hi=jhi,
-                   cite="judge_only")
+        row.update(dimension=dim, group=g, n_items=N, n_labels=n, judge_only=k / N, judge_only_lo=float(jlo[i]),
+                   judge_only_hi=float(jhi[i]), cite="judge_only")
         if n == 0: row["status"] = UNCORRECTED
         elif n < min_labels: row["status"] = f"judge-reported, uncorrected (only {n} labels; min_labels = {min_labels})"
         else:
-            cl = sub[cluster].to_numpy() if cluster else None
-            r = ht_ppi_rate(yy, sub._p.to_numpy(), sub[pi].to_numpy(float), stratum=sub[stratum].to_numpy(), poisson=poisson,
-                            cluster=cl, lam=lam, alpha=alpha)
+            cl = CL[ix] if cluster else None
+            r = ht_ppi_rate(yy, Pd[ix], PI[ix], stratum=ST[ix], poisson=poisson, cluster=cl, lam=lam, alpha=alpha)
             row.update(corrected=r["estimate"], corrected_lo=r["lo"], corrected_hi=r["hi"], corrected_se=r["se"], lam=r["lam"],
                        cite="corrected", status=f"corrected ({n} labels)")
             t, fl = yy[~np.isnan(yy)], f[~np.isnan(yy)]
-            wl = 1 / sub[pi].to_numpy(float)[~np.isnan(yy)]
+            wl = 1 / PI[ix][~np.isnan(yy)]
             row.update(sens=_wmean(fl[t == 1], wl[t == 1]), spec=_wmean(1 - fl[t == 0], wl[t == 0]))
-            zs[g], cls[g], Ns[g], qs[g] = r["z"], (cl if cl is not None else sub.index.astype(str).to_numpy()), N, r["q"]
+            zs[g], cls[g], Ns[g], qs[g] = r["z"], CL[ix], N, r["q"]
         rows.append(row)
     out = pd.DataFrame(rows, columns=RATE_COLUMNS)
-    V = _rate_cov(zs, cls, Ns) if zs else pd.DataFrame()
-    s = np.array([qs[g] for g in V.index]) / special.ndtri(1 - alpha / 2)
-    V = V * np.outer(s, s)                         # the t quantiles' small-sample widening carried into Δ
-    out["corrected_cov"] = [V.loc[g].to_dict() if g in V.index else None for g in out.group]   # covariances with the other groups
+    z = special.ndtri(1 - alpha / 2)            # the t quantiles' small-sample widening carried into Δ
+    V = _rate_cov(zs, cls, Ns, {g: q / z for g, q in qs.items()}) if zs else {}
+    out["corrected_cov"] = [V.get(g) for g in out.group]   # covariances with the groups it shares prompts with
     return out if dimension else out.drop(columns="dimension")
