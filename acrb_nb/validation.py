@@ -10,21 +10,21 @@ import numpy as np
 import pandas as pd
 from .core import canonical_json, rng
 from .labels import LABELS_CSV, SAMPLE_JSON, LabelSample, label_key, sample_ids, sample_design
-from .labels import export_for_labelling, check_labels_file, import_labels, labels_frame
+from .labels import export_for_labelling, check_labels_file, import_labels, labels_frame, labeller_pairs
 from .stats.resample import check_columns
 from .stats.rates import binom_ci, disparity
-from .stats.ppi import stratum_ids, corrected_rates, corrected_delta, binarize, design_rates
+from .stats.ppi import stratum_ids, corrected_rates, corrected_delta, binarize, design_rates, agreement
 _all_ = ["LABELS_CSV", "SAMPLE_JSON", "LabelSample", "label_key", "sample_ids", "sample_design",
-         "export_for_labelling", "check_labels_file", "import_labels", "labels_frame"]   # re-exported from labels
+         "export_for_labelling", "check_labels_file", "import_labels", "labels_frame", "labeller_pairs"]   # from labels
 
 # %% auto #0
 __all__ = ['DESIGNS', 'ACTIVE_FLOOR', 'PRIOR_ERROR', 'DESIGN_MIN_LABELS', 'PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS',
            'LabelPopulation', 'label_items', 'allocate', 'sample_items', 'judge_probability', 'active_pi',
            'verdict_error_prior', 'neyman_allocation', 'simulate_design_audit', 'judge_error_model', 'auto_design',
            'design_correction', 'effective_labels', 'design_deltas', 'design_delta', 'plan_labels',
-           'simulate_judged_audit', 'coverage_study', 'coverage_summary', 'LABELS_CSV', 'SAMPLE_JSON', 'LabelSample',
-           'label_key', 'sample_ids', 'sample_design', 'export_for_labelling', 'check_labels_file', 'import_labels',
-           'labels_frame']
+           'labeller_agreement', 'label_noise', 'label_noise_sensitivity', 'simulate_judged_audit', 'coverage_study',
+           'coverage_summary', 'LABELS_CSV', 'SAMPLE_JSON', 'LabelSample', 'label_key', 'sample_ids', 'sample_design',
+           'export_for_labelling', 'check_labels_file', 'import_labels', 'labels_frame', 'labeller_pairs']
 
 # %% ../nbs/07_validation.ipynb #335d7231
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -509,6 +509,40 @@ def plan_labels(pop:pd.DataFrame, # population as for `design_delta`: key, group
         lo, hi = (lo, mid) if mean_width(mid) <= width else (mid, hi)
     return {**out, "labels": int(hi), "per_group": int(math.ceil(hi / groups)), "width_at_plan": mean_width(hi)}
 
+
+# %% ../nbs/07_validation.ipynb #905a440c
+def labeller_agreement(pairs:pd.DataFrame, # from `labeller_pairs`: key, stratum, labeller, label, first_labeller, first_label
+                       positive:Sequence, # labels that count as the outcome (κ is on the outcome the estimates use)
+                       alpha:float=0.05, # 1 - confidence level
+                      )->pd.DataFrame:
+    """Per value (a stratum without its '|verdict=' part) and overall: items labelled twice, the share on which the two
+    labels disagree on the outcome, and Cohen's κ with its analytic (Fleiss–Cohen–Everitt) interval."""
+    cols = ["value", "n", "agreement", "agreement_lo", "agreement_hi", "disagreement", "kappa", "kappa_lo", "kappa_hi"]
+    if not len(pairs): return pd.DataFrame(columns=cols)
+    value = pairs.stratum.astype(str).str.split("|verdict=", regex=False).str[0].to_numpy()
+    A = agreement(binarize(pairs.first_label, positive), binarize(pairs.label, positive), value, alpha)
+    A = A.rename(columns={"stratum": "value", "accuracy": "agreement", "accuracy_lo": "agreement_lo", "accuracy_hi": "agreement_hi"})
+    return A.assign(disagreement=1 - A.agreement)[cols]
+
+def label_noise(disagreement:float, # share of doubly labelled items whose two labels differ
+               )->float:
+    "ε, each label's flip rate, if two labellers who each flip a label with probability ε disagree at rate 2ε(1 − ε) = d."
+    d = min(max(float(disagreement), 0.0), 0.5)
+    return (1 - math.sqrt(1 - 2 * d)) / 2
+
+def label_noise_sensitivity(rates:pd.DataFrame, # corrected rates (`design_correction` / `corrected_rates`)
+                            deltas:pd.DataFrame, # corrected Δ (`corrected_delta`)
+                            disagreement:float, # the labellers' disagreement rate (`labeller_agreement`, overall)
+                           )->dict:
+    """The corrected rates and Δ as they would be if the disagreement were symmetric label noise at ε = `label_noise(d)`:
+    rates (r − ε)/(1 − 2ε) clipped to [0, 1], Δ and its interval × 1/(1 − 2ε) (cited rows only)."""
+    eps = label_noise(disagreement)
+    k = 1 / (1 - 2 * eps)
+    R = rates.loc[rates.cite == "corrected", ["group", "corrected", "corrected_lo", "corrected_hi"]].copy()
+    for c in ("corrected", "corrected_lo", "corrected_hi"): R[f"{c}_if_noise"] = ((R[c] - eps) * k).clip(0, 1)
+    D = deltas.loc[deltas.cite == "corrected", ["dimension", "corrected", "corrected_lo", "corrected_hi"]].copy()
+    for c in ("corrected", "corrected_lo", "corrected_hi"): D[f"{c}_if_noise"] = D[c] * k
+    return {"disagreement": float(disagreement), "epsilon": eps, "factor": k, "rates": R, "deltas": D}
 
 # %% ../nbs/07_validation.ipynb #c1f9502a
 def simulate_judged_audit(rates:Mapping[str, float], # true rate per group (e.g. erasure per attribute value)
