@@ -378,6 +378,7 @@ def design_correction(population:pd.DataFrame, # population items (`LabelPopulat
                       cluster:str|None=None, # cluster column (base prompt) of the design-based covariance
                       alpha:float=0.05, # 1 - confidence level
                       min_labels:int=30, # effective labels (`effective_labels`) a group needs before its corrected rate is cited
+                      effective:bool=True, # weighted designs: count effective labels (False: labels only, as simulations do)
                      )->pd.DataFrame:
     """Corrected rates with the weights of the sample's recorded design: `corrected_rates` (uniform) or `design_rates`; a group
     is cited corrected when its labels are worth `min_labels` uniform labels (`n_eff`) and number at least `DESIGN_MIN_LABELS`."""
@@ -390,7 +391,7 @@ def design_correction(population:pd.DataFrame, # population items (`LabelPopulat
     out = design_rates(df, group, prob="prob" if d0.get("prediction") == "probability" else None, stratum="stratum",
                        poisson=bool(d0.get("poisson")), cluster=cluster, dimension=dimension, alpha=alpha,
                        min_labels=min(min_labels, DESIGN_MIN_LABELS))
-    if min_labels <= DESIGN_MIN_LABELS: return out.assign(n_eff=np.nan)
+    if not effective: return out.assign(n_eff=np.nan)
     ne = effective_labels(population, design, labels, group, positive).set_index("group").n_eff
     out["n_eff"] = out.group.map(ne).to_numpy(float)
     short = (out.cite == "corrected") & (out.n_eff < min_labels)
@@ -431,7 +432,7 @@ def effective_labels(population:pd.DataFrame, # population items (`LabelPopulati
                       "e": p * (1 - v) + (1 - p) * v, "m": p - v}).groupby("g", sort=True)
     N, n = t.size(), t.L.sum()
     vd, vu = t.vd.sum() / N ** 2, (t.e.mean() - t.m.mean() ** 2) / n.where(n > 0)
-    ne = np.where(n == 0, 0.0, np.where(vd > 0, n * vu / vd.where(vd > 0), N))
+    ne = np.round(np.where(n == 0, 0.0, np.where(vd > 0, n * vu / vd.where(vd > 0), N)), 9)   # n / deff (rounding noise off)
     return pd.DataFrame({"group": N.index.to_numpy(), "n_items": N.to_numpy(), "n_labels": n.to_numpy(),
                          "n_eff": np.minimum(ne, N.to_numpy())})
 
@@ -454,7 +455,8 @@ def design_deltas(pops:Sequence[pd.DataFrame], # populations from `simulate_desi
     s = sample_items(big, int(n) * R, strata=["group"], seed=seed, design=design, positive=(1,))
     rec = {"design": s.design, "items": s.items[["key", "stratum", "pi"]]}
     lab = pd.DataFrame({"key": s.items.key.to_numpy(), "label": s.items.truth.astype(int).astype(str).to_numpy()})
-    C = design_correction(big, rec, lab, "group", (1,), dimension="dimension", cluster="cluster", alpha=alpha, min_labels=2)
+    C = design_correction(big, rec, lab, "group", (1,), dimension="dimension", cluster="cluster", alpha=alpha, min_labels=2,
+                          effective=False)
     D = corrected_delta(C, alpha=alpha, n_draws=n_draws, seed=seed, pooled=False)
     rep = D.dimension.str.split(":", n=1)
     used = s.items.rep.value_counts()
