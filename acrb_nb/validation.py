@@ -21,7 +21,7 @@ _all_ = ["LABELS_CSV", "SAMPLE_JSON", "LabelSample", "label_key", "sample_ids", 
 __all__ = ['DESIGNS', 'ACTIVE_FLOOR', 'PRIOR_ERROR', 'DESIGN_MIN_LABELS', 'PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS',
            'LabelPopulation', 'label_items', 'allocate', 'sample_items', 'judge_probability', 'active_pi',
            'verdict_error_prior', 'neyman_allocation', 'simulate_design_audit', 'judge_error_model', 'auto_design',
-           'design_correction', 'effective_labels', 'design_deltas', 'design_delta', 'plan_labels',
+           'effective_labels', 'design_correction', 'design_deltas', 'design_delta', 'plan_labels',
            'labeller_agreement', 'label_noise', 'label_noise_sensitivity', 'simulate_judged_audit', 'coverage_study',
            'coverage_summary', 'LABELS_CSV', 'SAMPLE_JSON', 'LabelSample', 'label_key', 'sample_ids', 'sample_design',
            'export_for_labelling', 'check_labels_file', 'import_labels', 'labels_frame', 'labeller_pairs']
@@ -66,6 +66,7 @@ def label_items(df:pd.DataFrame, # one row per item of the population (the items
 DESIGNS = ("uniform", "verdict-neyman", "active", "auto") # labelling designs; "auto" picks one for the judge at hand
 ACTIVE_FLOOR = 0.2 # share of an active design's π spread uniformly: no π below 0.2·n/N (chosen on bench/labels.py's dev configs)
 PRIOR_ERROR = 0.1 # a verdict-only judge's assumed error rate when it states no confidence
+DESIGN_MIN_LABELS = 10 # the fewest labels a weighted design's corrected rate rests on (bench/labels.py: coverage at 12 a value)
 
 def allocate(sizes:Mapping[str, int], # stratum → number of items N_h
              n:int, # labels wanted in total
@@ -127,7 +128,7 @@ def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `lab
     sizes = {s: b - a for s, a, b in spans}
     alloc = allocate(sizes, n, allocation, seed)
     chosen, why = (auto_design(_verdict01(d, positive), pd.to_numeric(d.get("prob", pd.Series(np.nan, index=d.index)),
-                                                                      errors="coerce"), d.stratum)
+                                                                      errors="coerce"), d.stratum, alloc)
                    if design == "auto" else (design, "asked for"))
     extra = {}
     if chosen == "uniform":
@@ -136,6 +137,7 @@ def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `lab
         out["N_h"], out["n_h"] = out.stratum.map(sizes).astype(int), out.stratum.map(alloc).astype(int)
         out["pi"] = out.n_h / out.N_h
         per = {s: {"N": int(sizes[s]), "n": int(alloc[s]), "pi": alloc[s] / sizes[s]} for s in sorted(sizes)}
+        if design == "auto": extra = {"design": "uniform", "requested": "auto", "why": why}
     else:
         out, per = _design_sample(d, spans, alloc, chosen, seed, positive, floor, prior_error, sigma)
         has_p = "prob" in d and pd.to_numeric(d["prob"], errors="coerce").notna().all()
@@ -274,16 +276,17 @@ def judge_error_model(verdicts, # 0/1 verdicts of the population
                      )->np.ndarray:
     """P(outcome) of each item as the planner and the effective label counts assume it: the judge's own probability where it
     varies within a verdict (a calibrated judge), else a judge erring at `prior_error` both ways (`verdict_error_prior`); a
-    pilot's labels move each group × verdict cell's mean to (labelled positives + 2·its mean)/(labels + 2)."""
+    pilot's labels shift each group × verdict cell by Σ(label − P)/(labels + 2) over its labelled items (any design: the
+    labelled items are compared with their own P, so a sample that favours unsure items does not bias the shift)."""
     v, p = np.asarray(verdicts, float), np.asarray(probs, float)
     g = np.asarray(groups, object).astype(str)
     out = p.copy() if not np.isnan(p).any() and prior_error is None and _varies(p, v, g) else _prior_cells(v, p, g, prior_error)
-    if labels is not None:
+    if labels is not None:   # calibrate each cell on its labelled items: Σ(y − p)/(labels + 2), whatever drew them
         y = np.asarray(labels, float)
         c = pd.factorize(g)[0] * 2 + (v == 1)
         for k in np.unique(c[~np.isnan(y)]):
             m, ml = c == k, (c == k) & ~np.isnan(y)
-            out[m] = np.clip(out[m] + (y[ml].sum() + 2 * out[m].mean()) / (ml.sum() + 2) - out[m].mean(), 1e-3, 1 - 1e-3)
+            out[m] = np.clip(out[m] + (y[ml] - out[ml]).sum() / (ml.sum() + 2), 1e-3, 1 - 1e-3)
     return out
 
 # %% ../nbs/07_validation.ipynb #f76cc32f
@@ -299,9 +302,14 @@ def _verdict01(d:pd.DataFrame, positive)->np.ndarray:
 def auto_design(verdicts, # 0/1 verdicts of the population
                 probs, # the judge's probabilities (NaN where it gives none)
                 groups, # the stratum (reported group) of each item
+                per_group:Mapping|None=None, # the labels each group gets (None: not known)
                )->tuple:
     """(design, why): the design `bench/labels.py` shows best for this judge — "active" when it gives a probability per item
-    that varies within a group's verdicts (it knows which items it is unsure of), else "verdict-neyman"."""
+    that varies within a group's verdicts (it knows which items it is unsure of), else "verdict-neyman"; "uniform" when a
+    group gets fewer than `DESIGN_MIN_LABELS` labels (a weighted design's rate could not be cited on them)."""
+    if per_group and min(per_group.values()) < DESIGN_MIN_LABELS:
+        return "uniform", (f"a value gets only {min(per_group.values())} labels, fewer than the {DESIGN_MIN_LABELS} a weighted design's "
+                           "corrected rate rests on: a simple random sample per value")
     p = np.asarray(probs, float)
     if np.isnan(p).all(): return "verdict-neyman", ("the judge gives verdicts only (no probability): labels go where its errors "
                                                     "hide, by verdict (Neyman allocation on a prior error of each verdict)")
@@ -347,9 +355,7 @@ def _design_sample(d:pd.DataFrame, spans:list, alloc:dict, design:str, seed:int,
     return out, per
 
 
-# %% ../nbs/07_validation.ipynb #336c173d
-DESIGN_MIN_LABELS = 10 # the fewest labels a weighted design's corrected rate rests on (bench/labels.py: coverage at 12 a value)
-
+# %% ../nbs/07_validation.ipynb #ffcd4d07
 def _design_frame(population:pd.DataFrame, design:dict, labels:pd.DataFrame|None, group:str, positive)->tuple:
     "(population with judge, human, stratum, sampled, labelled, π × labelled/sampled; the sample's design) for a weighted design."
     d0 = design["design"]
@@ -369,40 +375,6 @@ def _design_frame(population:pd.DataFrame, design:dict, labels:pd.DataFrame|None
     df["pi"] = df.key.map(dict(zip(items.key, items.pi))).fillna(1.0).to_numpy(float) * df.stratum.map(rho).fillna(1.0).to_numpy(float)
     return df, d0
 
-def design_correction(population:pd.DataFrame, # population items (`LabelPopulation.items`: key, strata, verdict, prob, …)
-                      design:dict, # the sample's record (`sample_design`): its design, strata and every sampled item's π
-                      labels:pd.DataFrame, # the imported labels (`labels_frame`: key, label)
-                      group:str, # the reported group column (e.g. attribute_id)
-                      positive:Sequence, # verdicts / labels that count as the outcome (e.g. ERASED)
-                      *, dimension:str|None=None, # column grouping groups into dimensions (for Δ)
-                      cluster:str|None=None, # cluster column (base prompt) of the design-based covariance
-                      alpha:float=0.05, # 1 - confidence level
-                      min_labels:int=30, # effective labels (`effective_labels`) a group needs before its corrected rate is cited
-                      effective:bool=True, # weighted designs: count effective labels (False: labels only, as simulations do)
-                     )->pd.DataFrame:
-    """Corrected rates with the weights of the sample's recorded design: `corrected_rates` (uniform) or `design_rates`; a group
-    is cited corrected when its labels are worth `min_labels` uniform labels (`n_eff`) and number at least `DESIGN_MIN_LABELS`."""
-    if design["design"].get("design", "uniform") == "uniform":
-        df = population.merge(labels[["key", "label"]], on="key", how="left")
-        df["judge"], df["human"] = binarize(df.verdict, positive), binarize(df.label, positive)
-        out = corrected_rates(df, group, dimension=dimension, alpha=alpha, min_labels=min_labels)
-        return out.assign(n_eff=out.n_labels.astype(float))
-    df, d0 = _design_frame(population, design, labels, group, positive)
-    out = design_rates(df, group, prob="prob" if d0.get("prediction") == "probability" else None, stratum="stratum",
-                       poisson=bool(d0.get("poisson")), cluster=cluster, dimension=dimension, alpha=alpha,
-                       min_labels=min(min_labels, DESIGN_MIN_LABELS))
-    if not effective: return out.assign(n_eff=np.nan)
-    ne = effective_labels(population, design, labels, group, positive).set_index("group").n_eff
-    out["n_eff"] = out.group.map(ne).to_numpy(float)
-    short = (out.cite == "corrected") & (out.n_eff < min_labels)
-    out.loc[short, ["corrected", "corrected_lo", "corrected_hi", "corrected_se", "lam"]] = np.nan
-    out.loc[short, "cite"] = "judge_only"
-    out.loc[short, "status"] = [f"judge-reported, uncorrected ({k} labels worth {e:.1f} uniform labels; min_labels = {min_labels})"
-                                for k, e in zip(out.n_labels[short], out.n_eff[short])]
-    return out
-
-
-# %% ../nbs/07_validation.ipynb #ffcd4d07
 def effective_labels(population:pd.DataFrame, # population items (`LabelPopulation.items`: key, strata, verdict, prob, …)
                      design:dict, # the sample's record (`sample_design`): its design and every sampled item's π
                      labels:pd.DataFrame|None, # the imported labels (key, label); None: the whole sample, as if labelled
@@ -435,6 +407,40 @@ def effective_labels(population:pd.DataFrame, # population items (`LabelPopulati
     ne = np.round(np.where(n == 0, 0.0, np.where(vd > 0, n * vu / vd.where(vd > 0), N)), 9)   # n / deff (rounding noise off)
     return pd.DataFrame({"group": N.index.to_numpy(), "n_items": N.to_numpy(), "n_labels": n.to_numpy(),
                          "n_eff": np.minimum(ne, N.to_numpy())})
+
+# %% ../nbs/07_validation.ipynb #336c173d
+def design_correction(population:pd.DataFrame, # population items (`LabelPopulation.items`: key, strata, verdict, prob, …)
+                      design:dict, # the sample's record (`sample_design`): its design, strata and every sampled item's π
+                      labels:pd.DataFrame, # the imported labels (`labels_frame`: key, label)
+                      group:str, # the reported group column (e.g. attribute_id)
+                      positive:Sequence, # verdicts / labels that count as the outcome (e.g. ERASED)
+                      *, dimension:str|None=None, # column grouping groups into dimensions (for Δ)
+                      cluster:str|None=None, # cluster column (base prompt) of the design-based covariance
+                      alpha:float=0.05, # 1 - confidence level
+                      min_labels:int=30, # effective labels (`effective_labels`) a group needs before its corrected rate is cited
+                      effective:bool=True, # weighted designs: count effective labels (False: labels only, as simulations do)
+                     )->pd.DataFrame:
+    """Corrected rates with the weights of the sample's recorded design: `corrected_rates` (uniform) or `design_rates`; a group
+    is cited corrected when its labels are worth `min_labels` uniform labels (`n_eff`) and number at least `DESIGN_MIN_LABELS`."""
+    if design["design"].get("design", "uniform") == "uniform":
+        df = population.merge(labels[["key", "label"]], on="key", how="left")
+        df["judge"], df["human"] = binarize(df.verdict, positive), binarize(df.label, positive)
+        out = corrected_rates(df, group, dimension=dimension, alpha=alpha, min_labels=min_labels)
+        return out.assign(n_eff=out.n_labels.astype(float))
+    df, d0 = _design_frame(population, design, labels, group, positive)
+    out = design_rates(df, group, prob="prob" if d0.get("prediction") == "probability" else None, stratum="stratum",
+                       poisson=bool(d0.get("poisson")), cluster=cluster, dimension=dimension, alpha=alpha,
+                       min_labels=min(min_labels, DESIGN_MIN_LABELS))
+    if not effective: return out.assign(n_eff=np.nan)
+    ne = effective_labels(population, design, labels, group, positive).set_index("group").n_eff
+    out["n_eff"] = out.group.map(ne).to_numpy(float)
+    short = (out.cite == "corrected") & (out.n_eff < min_labels)
+    out.loc[short, ["corrected", "corrected_lo", "corrected_hi", "corrected_se", "lam"]] = np.nan
+    out.loc[short, "cite"] = "judge_only"
+    out.loc[short, "status"] = [f"judge-reported, uncorrected ({k} labels worth {e:.1f} uniform labels; min_labels = {min_labels})"
+                                for k, e in zip(out.n_labels[short], out.n_eff[short])]
+    return out
+
 
 # %% ../nbs/07_validation.ipynb #344ea5a0
 def design_deltas(pops:Sequence[pd.DataFrame], # populations from `simulate_design_audit` (each: one replicate of an audit)
@@ -496,13 +502,17 @@ def plan_labels(pop:pd.DataFrame, # population as for `design_delta`: key, group
     p = judge_error_model(pop.verdict.to_numpy(float), prob, pop.group.to_numpy(), prior_error=prior_error, labels=labels)
     sims = [pop.assign(truth=(rng(seed, "validation.plan", r).random(len(pop)) < p).astype(float)) for r in range(reps)]
     groups, seen = pop.group.nunique(), {}
-    def mean_width(n):   # the widest dimension's mean width
+    def mean_width(n):   # the widest dimension's mean width; a budget that leaves Δ uncorrected in over 10% of audits: none
         if n not in seen:
-            o = design_deltas(sims, design, int(n), seed=seed, n_draws=500)
-            seen[n] = float((o.hi - o.lo).groupby(o.dimension).mean().max())
+            o = design_deltas(sims, "uniform" if n >= len(pop) else design, int(n), seed=seed, n_draws=500)   # a census is a census
+            w = (o.hi - o.lo).groupby(o.dimension)
+            seen[n] = float(np.where(w.apply(lambda x: x.isna().mean()) > 0.1, np.inf, w.mean()).max()) if len(o) else np.inf
         return seen[n]
-    lo, hi = 2 * groups, int(n_max or len(pop))
+    hi = int(min(n_max or len(pop), len(pop)))
+    lo = min(2 * groups, hi)
     out = {"design": design, "width": float(width), "reps": int(reps), "population": int(len(pop)), "groups": int(groups)}
+    if not (pop.groupby("dimension").group.nunique() >= 2).any():
+        return {**out, "labels": None, "width_at_max": np.nan, "n_max": hi, "note": "no dimension has two values: there is no Δ"}
     if mean_width(hi) > width: return {**out, "labels": None, "width_at_max": mean_width(hi), "n_max": hi,
                                        "note": f"not reachable: {hi} labels give a mean width of {mean_width(hi):.3f}"}
     if mean_width(lo) <= width: hi = lo

@@ -331,36 +331,70 @@ def planned_population(attributes=None, # dimensions (None: all of the attribute
                   "verdict": int(x), "prob": np.nan} for i, x in enumerate(v)]
     return pd.DataFrame(rows)
 
+# %% ../../nbs/15_acrb.pipeline.ipynb #a96844a8
+def _min_budget(pop:pd.DataFrame, design:str, min_labels:int, prior_error, seed:int)->int|None:
+    "The fewest labels that give every value `min_labels` effective labels (`validation.effective_labels`; None: out of reach)."
+    sizes, G = pop.groupby("group").size(), pop.group.nunique()
+    if (sizes < min_labels).any(): return None
+    items = pop.assign(verdict=pop.verdict.astype(int))
+    def ok(n):
+        s = validation.sample_items(items, int(n), strata=["group"], seed=seed, design=design, positive=(1,), prior_error=prior_error)
+        rec = {"design": s.design, "items": s.items[["key", "stratum", "pi"]]}
+        e = validation.effective_labels(items, rec, None, "group", (1,))
+        floor = min_labels if s.design.get("design", "uniform") == "uniform" else min(min_labels, validation.DESIGN_MIN_LABELS)
+        return bool(((e.n_eff >= min_labels - 1e-9) & (e.n_labels >= floor)).all())
+    lo, hi = G * min(min_labels, validation.DESIGN_MIN_LABELS), len(pop)
+    if not ok(hi): return None
+    if ok(lo): return int(lo)
+    while hi - lo > max(1, G // 2):
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return int(hi)
+
 def label_plan(pop:pd.DataFrame, # from `label_population` or `planned_population`
-               half_width:float, # target half-width w of the corrected Δ_erasure interval, in every dimension
-               *, design:str="auto", # the design to plan for ("auto": the one `sample_items` would choose for this judge)
+               half_width:float|None=None, # target half-width w of the corrected Δ_erasure interval, in every dimension
+               *, difference:float|None=None, # or the difference d to detect with power 0.8 (w = d·z_{1−α/2}/(z_{1−α/2} + z_{0.8}))
+               design:str="auto", # the design to plan for ("auto": the one `sample_items` chooses for this judge and budget)
+               min_labels:int=30, # effective labels every value needs to be cited: the plan gives each of them that many too
                pilot=None, # a pilot's 0/1 labels aligned with `pop` (NaN where unlabelled): they set the judge's error model
                prior_error:float|None=None, # a verdict-only judge's assumed error rate (None: its confidence, else 0.1)
                alpha:float=0.05, # 1 - confidence level
                reps:int=20, # simulated audits per budget (`validation.plan_labels`)
                seed:int=0, # seed of the simulations
               )->dict:
-    """Labels for a corrected Δ_erasure interval of half-width w with `design` and with `uniform`, and the sentence a report
-    prints; w detects a difference d = w·(z_{1−α/2} + z_{0.8})/z_{1−α/2} with power 0.8."""
-    prob = pd.to_numeric(pop.prob, errors="coerce").to_numpy(float)
-    chosen, why = (validation.auto_design(pop.verdict.to_numpy(float), prob, pop.group.to_numpy()) if design == "auto"
-                   else (design, "asked for"))
+    """Labels for a corrected Δ_erasure interval of half-width w — and `min_labels` effective labels for every value — with
+    `design` and with `uniform`, and the sentence a report prints; w detects d = w·(z_{1−α/2} + z_{0.8})/z_{1−α/2} with power 0.8."""
+    z, zp = special.ndtri(1 - alpha / 2), special.ndtri(PLAN_POWER)
+    if (half_width is None) == (difference is None): raise ValueError("label_plan: give half_width= or difference=, one of them")
+    w = float(half_width) if half_width is not None else float(difference) * z / (z + zp)
+    v, prob, grp = pop.verdict.to_numpy(float), pd.to_numeric(pop.prob, errors="coerce").to_numpy(float), pop.group.to_numpy()
     kw = dict(reps=reps, prior_error=prior_error, labels=pilot, seed=seed)
-    P = validation.plan_labels(pop, 2 * half_width, chosen, **kw)
-    U = P if chosen == "uniform" else validation.plan_labels(pop, 2 * half_width, "uniform", **kw)
-    z = special.ndtri(1 - alpha / 2)
-    d = half_width * (z + special.ndtri(PLAN_POWER)) / z
-    goal = (f"a corrected Δ_erasure interval of half-width {half_width:.3f} in every dimension (to detect a difference of "
-            f"{d:.2f} with power {PLAN_POWER:g})")
-    uni = "uniform: " + (f"{U['labels']:,}" if U["labels"] else f"out of reach, half-width {U['width_at_max'] / 2:.3f} with all labelled")
-    if P["labels"]: text = f"For {goal} you need ≈ {P['labels']:,} labels with design {chosen} ({uni})"
-    else: text = (f"{goal[0].upper() + goal[1:]} is out of reach: labelling all {P['n_max']:,} judged images gives a half-width of "
-                  f"about {P['width_at_max'] / 2:.3f} with design {chosen} — audit more prompts or images, or accept a wider interval")
+    P = validation.plan_labels(pop, 2 * w, design, **kw)
     n_pilot = 0 if pilot is None else int(np.isfinite(np.asarray(pilot, float)).sum())
+    G, d = int(pop.group.nunique()), w * (z + zp) / z
+    out = {"half_width": w, "difference": float(d), "power": PLAN_POWER, "min_labels": int(min_labels), "judged": int(len(pop)),
+           "values": G, "pilot_labels": n_pilot}
+    if P.get("note", "").startswith("no dimension"):
+        return {**out, "design": design, "why": "", "labels": None, "uniform": None, "reachable": False,
+                "text": "No dimension has two values with judged images, so there is no Δ_erasure to plan for."}
+    U = P if design == "uniform" else validation.plan_labels(pop, 2 * w, "uniform", **kw)
+    both = lambda p, m: None if p["labels"] is None else (p["labels"] if m is None else max(p["labels"], m))
+    mP, mU = _min_budget(pop, design, min_labels, prior_error, seed), _min_budget(pop, "uniform", min_labels, prior_error, seed)
+    nP, nU = both(P, mP), both(U, mU)
+    chosen, why = (validation.auto_design(v, prob, grp, None if nP is None else dict.fromkeys(set(grp), nP // G))
+                   if design == "auto" else (design, "asked for"))
+    goal = (f"a corrected Δ_erasure interval of half-width {w:.3f} in every dimension (to detect a difference of {d:.2f} with power "
+            f"{PLAN_POWER:g})" + ("" if mP is None else f" and {min_labels} effective labels for every value"))
+    uni = "" if chosen == "uniform" else " (uniform: " + (f"{nU:,}" if nU else f"out of reach, half-width {U['width_at_max'] / 2:.3f} "
+                                                                                 "with all labelled") + ")"
+    if nP: text = f"For {goal} you need ≈ {nP:,} labels with design {chosen}{uni}"
+    else: text = (f"{goal[0].upper() + goal[1:]} is out of reach: labelling all {P['n_max']:,} judged images gives a half-width of "
+                  f"about {P['width_at_max'] / 2:.3f} — audit more prompts or images, or accept a wider interval")
+    if mP is None: text += (f"; no value can be cited at min_labels={min_labels} as some have fewer judged images than that "
+                            "(lower min_labels, or audit more prompts or images)")
     if n_pilot: text += f", counting the {n_pilot} labels already imported as a pilot"
-    return {"half_width": float(half_width), "difference": float(d), "power": PLAN_POWER, "design": chosen, "why": why,
-            "labels": P["labels"], "uniform": U["labels"], "per_value": P.get("per_group"), "judged": int(len(pop)),
-            "values": int(pop.group.nunique()), "pilot_labels": n_pilot, "reachable": P["labels"] is not None, "text": text + "."}
+    return {**out, "design": chosen, "why": why, "labels": nP, "uniform": nU, "labels_for_width": P["labels"],
+            "labels_for_min": mP, "reachable": nP is not None, "text": text + "."}
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #b8e267ba
 @dataclasses.dataclass(frozen=True)

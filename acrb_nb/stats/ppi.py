@@ -455,6 +455,10 @@ def design_rates(df:pd.DataFrame, # population frame: one row per item with a ju
         else:
             cl = CL[ix] if cluster else None
             r = ht_ppi_rate(yy, Pd[ix], PI[ix], stratum=ST[ix], poisson=poisson, cluster=cl, lam=lam, alpha=alpha)
+            if not r["se"] > 0:   # every labelled residual alike: no variance to estimate, no interval to cite
+                rows.append({**row, "status": f"judge-reported, uncorrected ({n} labels, every residual alike: the design-based "
+                                              "variance is 0; label more)"})
+                continue
             row.update(corrected=r["estimate"], corrected_lo=r["lo"], corrected_hi=r["hi"], corrected_se=r["se"], lam=r["lam"],
                        cite="corrected", status=f"corrected ({n} labels)")
             t, fl = yy[~np.isnan(yy)], f[~np.isnan(yy)]
