@@ -282,10 +282,10 @@ def export_labelling_sample(run:Run, # the run
     rec = {"design": smp.design, "items": smp.items[["key", "stratum", "pi"]]}
     w = validation.effective_labels(pop.items, rec, None, "attribute_id", ERASED)   # what each value's labels will be worth
     floor = min(min_labels, validation.DESIGN_MIN_LABELS) if smp.design.get("design", "uniform") != "uniform" else min_labels
-    short = {g: e for g, e, k in zip(w.group, w.n_eff, w.n_labels) if e < min_labels or k < floor}
-    if short: warnings.warn(f"the sample gives {len(short)} value(s) fewer than min_labels={min_labels} effective labels "
-                            f"({', '.join(f'{h}: {k:.1f}' for h, k in list(short.items())[:6])}); their rates will stay judge-reported",
-                            LabelShortfall, stacklevel=2)
+    short = {g: (k, e) for g, e, k in zip(w.group, w.n_eff, w.n_labels) if e < min_labels or k < floor}
+    if short: warnings.warn(f"the sample leaves {len(short)} value(s) short of min_labels={min_labels} effective labels (or of {floor} "
+                            f"labels) ({', '.join(f'{h}: {k} labels worth {e:.1f}' for h, (k, e) in list(short.items())[:6])}); "
+                            "their rates will stay judge-reported", LabelShortfall, stacklevel=2)
     return validation.export_for_labelling(smp, Path(folder) if folder else labelling_folder(run, label_seed, exclude_policy_cells), run)
 
 def _export_labels(run, s3, o:"AnalysisOptions")->Path|None:
