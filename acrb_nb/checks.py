@@ -106,7 +106,7 @@ def _acrb_problems(p:Mapping)->list:
     out += number_problems("n_base_prompts", p.get("n_base_prompts"), 1, integer=True, none=True)
     out += number_problems("images_per_prompt", p.get("images_per_prompt", 1), 1, integer=True)
     out += number_problems("mde", p.get("mde", 0.1), 0, 1, open_lo=True, open_hi=True)
-    out += option_problems(AnalysisOptions, {k: k for k in ("n_boot", "export_labels", "label_seed", "min_labels")}, p)
+    out += option_problems(AnalysisOptions, {k: k for k in ("n_boot", "export_labels", "label_seed", "min_labels", "label_design")}, p)
     if p.get("labels"):
         from acrb_nb.labels import check_labels_file
         out += attempt("labels", check_labels_file, p["labels"])[1]

@@ -15,7 +15,7 @@ from .labelpage import LABELS_CSV, SAMPLE_JSON, labelling_page, read_label_studi
 
 # %% auto #0
 __all__ = ['LabelSample', 'label_key', 'sample_ids', 'sample_design', 'export_for_labelling', 'check_labels_file',
-           'import_labels', 'labels_frame']
+           'import_labels', 'labels_frame', 'labeller_pairs']
 
 # %% ../nbs/07a_labels.ipynb #4eccf0e5
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -35,14 +35,21 @@ def _st(run)->ItemStore:
 
 def label_key(item:str, # the labelled item's key in the run
               task:str="cue", # what was labelled (one item can be labelled for several tasks)
+              labeller:str|None=None, # None: the item's label (its first labeller's); a name: that later labeller's own label
              )->str:
-    "Store key of a human label: the labelled item's key hashed with the labelling task."
-    return item_key("validation.label", item=str(item), task=task)
+    "Store key of a human label: the labelled item's key hashed with the labelling task (and a later labeller's name)."
+    if labeller is None: return item_key("validation.label", item=str(item), task=task)
+    return item_key("validation.label", item=str(item), task=task, labeller=str(labeller))
 
 def _register_sample(store:ItemStore, design:dict):
     store.set_meta(f"validation.sample:{design['sample_id']}", canonical_json(design))
     ids = json.loads(store.get_meta(_META_INDEX, "[]"))
     if design["sample_id"] not in ids: store.set_meta(_META_INDEX, canonical_json(sorted(ids + [design["sample_id"]])))
+
+def _register_labellers(store:ItemStore, sample_id:str, names):
+    "Record the names of a sample's later labellers (whose labels sit under their own keys)."
+    m = f"validation.labellers:{sample_id}"
+    store.set_meta(m, canonical_json(sorted(set(json.loads(store.get_meta(m, "[]"))) | set(names))))
 
 def sample_ids(run:Run|ItemStore, # the run
               )->list:
@@ -104,6 +111,9 @@ def export_for_labelling(sample:LabelSample, # from `sample_items`
     missing = [k for k in sample.key if known.get(k) is None]
     if missing: raise ValueError(f"{len(missing)} sampled keys are not items of this run (e.g. {missing[0]!r}); "
                                  "sample from this run's items")
+    if show_verdict and design0.get("design", "uniform") != "uniform":
+        raise ValueError(f"show_verdict=True with a {design0['design']} sample: its labels were drawn by the judge's verdict or "
+                         "uncertainty, so a labeller must not see it; export it blind (show_verdict=False)")
     labels = [str(l).strip() for l in labels]
     if len(set(l.lower() for l in labels)) != len(labels) or "" in labels:
         raise ValueError(f"labels={labels}: give distinct, non-empty label values")
@@ -133,8 +143,9 @@ def _read_labels_csv(path:Path)->pd.DataFrame:
     if miss: raise ValueError(f"{path} lacks column(s) {miss}; columns are {list(df.columns)} — keep the exported header row")
     return df
 
-def _stored_labels(store:ItemStore, keys:Sequence[str], task:str)->dict:
-    lk = {label_key(k, task): k for k in keys}
+def _stored_labels(store:ItemStore, keys:Sequence[str], task:str, names:dict|None=None)->dict:
+    "{item: record} of the stored labels of `keys`: the items' own labels, or (with `names`) each item's named labeller's."
+    lk = {label_key(k, task, None if names is None else names[k]): k for k in keys}
     return {lk[e["key"]]: e["record"] for e in store.entries(status="done", keys=list(lk))}
 
 def check_labels_file(source, # the export folder, or its labels.csv
@@ -158,15 +169,39 @@ def _labels_source(source)->tuple:
     csv = check_labels_file(source)
     return _read_labels_csv(csv), json.loads((csv.parent / SAMPLE_JSON).read_text(encoding="utf-8"))["sample_id"], csv
 
+def _check_design(design:dict, source:Path, expected:str|None):
+    "Refuse labels whose sample.json disagrees with the run's record of the sample, or a caller expecting another design."
+    kind = design["design"].get("design", "uniform")
+    if expected is not None and expected != kind:
+        raise ValueError(f"sample {design['sample_id']} was drawn with the {kind} design (recorded with every item's inclusion "
+                         f"probability), not {expected}: analysed as {expected} its labels would get the wrong weights. Import "
+                         f"it without expected= (the recorded design is used), or export a {expected} sample and label that")
+    sj = Path(source).parent / SAMPLE_JSON
+    if Path(source).suffix.lower() == ".json" or not sj.exists(): return
+    meta = json.loads(sj.read_text(encoding="utf-8"))
+    if meta.get("design") != design["design"] or meta.get("items") != design["items"]:
+        raise ValueError(f"{sj} does not match the run's record of sample {design['sample_id']} (its design or its items' "
+                         "inclusion probabilities were changed); the run's record is what the estimates use — restore the "
+                         "exported sample.json, or export a new sample")
+
+# %% ../nbs/07a_labels.ipynb #4bd72b13
+def _names(df:pd.DataFrame, labeller:str|None)->dict:
+    "Who labelled each row: the CSV's `labeller` column (the labelling page, Label Studio's annotator), else `labeller`."
+    col = df["labeller"] if "labeller" in df.columns else pd.Series("", index=df.index)
+    return {k: (str(w).strip() if isinstance(w, str) and str(w).strip() else None) or labeller for k, w in zip(df.key, col)}
+
 def import_labels(source, # the export folder, its labels.csv (sample.json must sit beside it), or a Label Studio JSON export
                   run:Run|ItemStore, # the run the sample was drawn from
                   *, overwrite:bool=False, # replace stored labels that the CSV changes
-                  labeller:str|None=None, # who labelled (recorded; a `labeller` column in the CSV wins)
+                  labeller:str|None=None, # who labelled (a `labeller` column wins); not an item's first labeller: a 2nd opinion
+                  expected:str|None=None, # the design the caller analyses the labels under (None: the recorded one, always used)
                  )->dict:
-    "Store the CSV's filled-in labels as run items (resumable): counts of added, unchanged, overwritten and blank rows."
+    """Store the CSV's filled-in labels as run items (resumable): counts of added, second-labeller, unchanged, overwritten and blank
+    rows. A label of an item already labelled by someone else is that labeller's second opinion, stored under its own key."""
     df, sample_id, csv = _labels_source(source)
     store = _st(run)
     design = sample_design(store, sample_id)   # the sample must have been exported from this run
+    _check_design(design, csv, expected)
     df["key"] = df.key.str.strip()
     df["human_label"] = df.human_label.str.strip()
     if df.key.duplicated().any():
@@ -187,26 +222,35 @@ def import_labels(source, # the export folder, its labels.csv (sample.json must 
         ex = ", ".join(f"{k[:12]}…={v!r}" for k, v in zip(bad.key[:3], bad.human_label[:3]))
         raise ValueError(f"{csv}: {len(bad)} label(s) outside the allowed values {design['labels']} ({ex}); fix them "
                          "or leave the cell empty")
-    task = design["task"]
-    old = _stored_labels(store, filled.key.tolist(), task)
+    task, names = design["task"], _names(df, labeller)
+    old = _stored_labels(store, filled.key.tolist(), task)          # the items' labels: their first labeller's
+    second = {k for k in filled.key if k in old and names[k] is not None and names[k] != old[k].get("labeller")}
     new = {k: allowed[v.lower()] for k, v in zip(filled.key, filled.human_label)}
-    changed = {k: (old[k]["label"], v) for k, v in new.items() if k in old and old[k]["label"] != v}
+    sec_old = _stored_labels(store, sorted(second), task, names)
+    mine = {k: r for k in new if (r := (sec_old.get(k) if k in second else old.get(k))) is not None}   # this labeller's earlier
+    changed = {k: (mine[k]["label"], v) for k, v in new.items() if k in mine and mine[k]["label"] != v}
     if changed and not overwrite:
         ex = "; ".join(f"{k[:12]}…: {a!r} → {b!r}" for k, (a, b) in list(changed.items())[:5])
         raise ValueError(f"{len(changed)} label(s) differ from the ones already imported ({ex}). Pass overwrite=True to "
                          "replace them, or restore the earlier labels in the CSV")
-    who = dict(zip(df.key, df["labeller"])) if "labeller" in df.columns else {}
     notes = dict(zip(df.key, df["notes"])) if "notes" in df.columns else {}
-    added = 0
+    added = added2 = 0
     for k, v in new.items():
-        if k in old and k not in changed: continue
-        store.put(label_key(k, task), {"outcome": "labelled", "kind": "human_label", "item": k, "task": task, "label": v,
-                                       "sample_id": sample_id, "stratum": info[k]["stratum"], "pi": info[k]["pi"],
-                                       "labeller": who.get(k) or labeller, "notes": notes.get(k) or None, "imported_at": utcnow()})
-        added += k not in old
-    return {"sample_id": sample_id, "rows": len(df), "added": added, "unchanged": len(new) - added - len(changed),
-            "overwritten": len(changed), "blank": int((df.human_label == "").sum()),
-            "labelled": len(_stored_labels(store, list(info), task)), "sample_size": len(info)}
+        if k in mine and k not in changed: continue
+        rec = {"outcome": "labelled", "kind": "human_label", "item": k, "task": task, "label": v, "sample_id": sample_id,
+               "stratum": info[k]["stratum"], "pi": info[k]["pi"], "labeller": names[k], "notes": notes.get(k) or None,
+               "imported_at": utcnow()}
+        if k in second:   # another labeller of an item already labelled: their own key; the item's label stays the first's
+            store.put(label_key(k, task, names[k]), {**rec, "role": "second", "first_labeller": old[k].get("labeller")})
+            added2 += k not in mine
+        else:
+            store.put(label_key(k, task), rec)
+            added += k not in mine
+    if second: _register_labellers(store, sample_id, {names[k] for k in second})
+    return {"sample_id": sample_id, "rows": len(df), "added": added, "second_labeller": added2,
+            "unchanged": len(new) - added - added2 - len(changed), "overwritten": len(changed),
+            "blank": int((df.human_label == "").sum()), "labelled": len(_stored_labels(store, list(info), task)),
+            "sample_size": len(info)}
 
 # %% ../nbs/07a_labels.ipynb #3fc99a28
 def labels_frame(run:Run|ItemStore, # the run
@@ -219,3 +263,19 @@ def labels_frame(run:Run|ItemStore, # the run
     rows = [{"key": k, "label": r["label"], "stratum": r["stratum"], "pi": r["pi"], "weight": 1 / r["pi"],
              "labeller": r.get("labeller"), "notes": r.get("notes")} for k, r in sorted(recs.items())]
     return pd.DataFrame(rows, columns=["key", "label", "stratum", "pi", "weight", "labeller", "notes"])
+
+def labeller_pairs(run:Run|ItemStore, # the run
+                   sample_id:str|None=None, # which sample (None: the run's only sample)
+                  )->pd.DataFrame:
+    """Every second opinion of a sample beside the label it doubles: key, stratum, labeller, label, first_labeller, first_label
+    (one row per item and later labeller; empty when nobody labelled an item twice)."""
+    design, store = sample_design(run, sample_id), _st(run)
+    keys, task = [it["key"] for it in design["items"]], design["task"]
+    first = _stored_labels(store, keys, task)
+    rows = []
+    for who in json.loads(store.get_meta(f"validation.labellers:{design['sample_id']}", "[]")):
+        for k, r in sorted(_stored_labels(store, keys, task, dict.fromkeys(keys, who)).items()):
+            rows.append({"key": k, "stratum": r["stratum"], "labeller": who, "label": r["label"],
+                         "first_labeller": first[k].get("labeller") if k in first else None,
+                         "first_label": first[k]["label"] if k in first else None})
+    return pd.DataFrame(rows, columns=["key", "stratum", "labeller", "label", "first_labeller", "first_label"])

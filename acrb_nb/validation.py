@@ -10,24 +10,27 @@ import numpy as np
 import pandas as pd
 from .core import canonical_json, rng
 from .labels import LABELS_CSV, SAMPLE_JSON, LabelSample, label_key, sample_ids, sample_design
-from .labels import export_for_labelling, check_labels_file, import_labels, labels_frame
+from .labels import export_for_labelling, check_labels_file, import_labels, labels_frame, labeller_pairs
 from .stats.resample import check_columns
 from .stats.rates import binom_ci, disparity
-from .stats.ppi import stratum_ids, corrected_rates, corrected_delta
+from .stats.ppi import stratum_ids, corrected_rates, corrected_delta, binarize, design_rates, agreement
 _all_ = ["LABELS_CSV", "SAMPLE_JSON", "LabelSample", "label_key", "sample_ids", "sample_design",
-         "export_for_labelling", "check_labels_file", "import_labels", "labels_frame"]   # re-exported from labels
+         "export_for_labelling", "check_labels_file", "import_labels", "labels_frame", "labeller_pairs"]   # from labels
 
 # %% auto #0
-__all__ = ['PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS', 'LabelPopulation', 'label_items', 'allocate', 'sample_items',
-           'simulate_judged_audit', 'coverage_study', 'coverage_summary', 'LABELS_CSV', 'SAMPLE_JSON', 'LabelSample',
-           'label_key', 'sample_ids', 'sample_design', 'export_for_labelling', 'check_labels_file', 'import_labels',
-           'labels_frame']
+__all__ = ['DESIGNS', 'ACTIVE_FLOOR', 'PRIOR_ERROR', 'DESIGN_MIN_LABELS', 'PLANTED_CULTURE_ERASURE', 'DIFFERENTIAL_MISS',
+           'LabelPopulation', 'label_items', 'allocate', 'sample_items', 'judge_probability', 'active_pi',
+           'verdict_error_prior', 'neyman_allocation', 'simulate_design_audit', 'judge_error_model', 'auto_design',
+           'effective_labels', 'design_correction', 'design_deltas', 'design_delta', 'plan_labels',
+           'labeller_agreement', 'label_noise', 'label_noise_sensitivity', 'simulate_judged_audit', 'coverage_study',
+           'coverage_summary', 'LABELS_CSV', 'SAMPLE_JSON', 'LabelSample', 'label_key', 'sample_ids', 'sample_design',
+           'export_for_labelling', 'check_labels_file', 'import_labels', 'labels_frame', 'labeller_pairs']
 
 # %% ../nbs/07_validation.ipynb #335d7231
 @dataclasses.dataclass(frozen=True, eq=False)
 class LabelPopulation:
     "The items a rate is computed over, in the labelling format, with the columns that define its strata."
-    items: pd.DataFrame # key, stratum columns, image, text, question, verdict (+ kept columns)
+    items: pd.DataFrame # key, stratum columns, image, text, question, verdict, prob (+ kept columns)
     strata: tuple # stratum columns of `items`
     scope: Mapping|None = None # the population's name and prompts, recorded in a sample's design; None: every item of the run
 
@@ -35,13 +38,14 @@ def label_items(df:pd.DataFrame, # one row per item of the population (the items
                 *, key:str="key", # column holding the run's item key
                 strata:Sequence[str]=("attribute_id",), # stratum columns kept for sampling and reporting
                 verdict:str|None=None, # column with the judge's verdict (None: no verdict column)
+                prob:str|None=None, # column with the judge's probability of the outcome (None: it gives none)
                 image:str|None=None, # column with an image path (or a list of paths) to look at
                 text:str|None=None, # column with a text to read
                 question:str="", # a column name (one question per row) or the question itself
                 keep:Sequence[str]=(), # further columns to carry along (not shown to the labeller)
                )->LabelPopulation:
     "The population in the labelling format: key, strata, image/text, question, verdict (+ kept columns)."
-    check_columns(df, [key, list(strata), verdict, image, text, list(keep)], "label_items")
+    check_columns(df, [key, list(strata), verdict, prob, image, text, list(keep)], "label_items")
     if image is None and text is None: raise ValueError("label_items: give image= or text= (a labeller needs something to look at)")
     if df[key].isna().any(): raise ValueError(f"label_items: column '{key}' has missing keys; every item needs its run key")
     dup = df[key].duplicated()
@@ -53,11 +57,17 @@ def label_items(df:pd.DataFrame, # one row per item of the population (the items
     out["text"] = df[text].to_numpy() if text else None
     out["question"] = df[question].astype(str).to_numpy() if question in df.columns else str(question)
     out["verdict"] = df[verdict].to_numpy() if verdict else None
+    out["prob"] = pd.to_numeric(df[prob], errors="coerce").to_numpy(float) if prob else np.nan
     for c in keep:
         if c not in out.columns: out[c] = df[c].to_numpy()
     return LabelPopulation(out, tuple(strata))
 
 # %% ../nbs/07_validation.ipynb #99c792c0
+DESIGNS = ("uniform", "verdict-neyman", "active", "auto") # labelling designs; "auto" picks one for the judge at hand
+ACTIVE_FLOOR = 0.2 # share of an active design's π spread uniformly: no π below 0.2·n/N (chosen on bench/labels.py's dev configs)
+PRIOR_ERROR = 0.1 # a verdict-only judge's assumed error rate when it states no confidence
+DESIGN_MIN_LABELS = 10 # the fewest labels a weighted design's corrected rate rests on (bench/labels.py: coverage at 12 a value)
+
 def allocate(sizes:Mapping[str, int], # stratum → number of items N_h
              n:int, # labels wanted in total
              allocation:str="equal", # "equal" or "proportional"
@@ -91,35 +101,460 @@ def allocate(sizes:Mapping[str, int], # stratum → number of items N_h
             left -= add
     return a
 
+# %% ../nbs/07_validation.ipynb #69ab4115
 def sample_items(items:LabelPopulation|pd.DataFrame, # the population (from `label_items`, or a frame with one row per item)
                  n:int, # labels wanted in total
                  strata:Sequence[str]|None=None, # stratum columns (None: the population's own, or none for a plain frame)
                  allocation:str="equal", # "equal" or "proportional"
                  seed:int=0, # sampling seed
                  key:str="key", # item key column
+                 *, design:str="uniform", # "uniform", "verdict-neyman", "active" or "auto" (the studies' exports: "auto")
+                 positive:Sequence|None=None, # verdicts that count as the outcome (needed by the other designs)
+                 floor:float=ACTIVE_FLOOR, # active: share of π spread uniformly
+                 prior_error:float|None=None, # the judge's error rate the designs assume (None: from its confidence, else 0.1)
+                 sigma:Mapping|None=None, # verdict-neyman: σ of the judge's error per stratum from a pilot ('<stratum>|verdict=1': σ)
                 )->LabelSample:
-    "Stratified simple random sample without replacement: the sampled rows with stratum, N_h, n_h, π and weight 1/π."
+    "Labelling sample: stratified random (uniform), verdict-stratified Neyman, or active (Poisson, π ∝ the judge's uncertainty)."
     pop = None if isinstance(items, pd.DataFrame) else items  # a LabelPopulation (from any study's builder)
     if pop is not None: items, strata = pop.items, (pop.strata if strata is None else strata)
     strata = list(strata or [])
     check_columns(items, [key, strata], "sample_items")
     if items[key].duplicated().any(): raise ValueError(f"sample_items: duplicate keys in '{key}'; the population must hold each item once")
-    d = items.copy()
-    d["stratum"] = stratum_ids(d, strata)
-    sizes = d.groupby("stratum").size().to_dict()
+    if design not in DESIGNS: raise ValueError(f"design={design!r}; use one of {list(DESIGNS)}")
+    d = items.assign(stratum=stratum_ids(items, strata)).sort_values(["stratum", key], kind="stable").reset_index(drop=True)
+    h = d.stratum.to_numpy()
+    cut = np.flatnonzero(h[1:] != h[:-1]) + 1
+    spans = [(h[a], int(a), int(b)) for a, b in zip(np.r_[0, cut], np.r_[cut, len(d)])] if len(d) else []
+    sizes = {s: b - a for s, a, b in spans}
     alloc = allocate(sizes, n, allocation, seed)
-    parts = []
-    for h, g in d.groupby("stratum", sort=True):
-        g = g.sort_values(key, kind="stable")
-        take = np.sort(rng(seed, "validation.sample", h).permutation(len(g))[:alloc[h]])
-        parts.append(g.iloc[take].assign(N_h=len(g), n_h=alloc[h]))
-    out = pd.concat(parts, ignore_index=True)
-    out["pi"] = out.n_h / out.N_h
+    chosen, why = (auto_design(_verdict01(d, positive), pd.to_numeric(d.get("prob", pd.Series(np.nan, index=d.index)),
+                                                                      errors="coerce"), d.stratum, alloc)
+                   if design == "auto" else (design, "asked for"))
+    extra = {}
+    if chosen == "uniform":
+        idx = [a + np.sort(rng(seed, "validation.sample", s).permutation(b - a)[:alloc[s]]) for s, a, b in spans]
+        out = d.iloc[np.concatenate(idx)].reset_index(drop=True) if idx else d.iloc[:0].copy()
+        out["N_h"], out["n_h"] = out.stratum.map(sizes).astype(int), out.stratum.map(alloc).astype(int)
+        out["pi"] = out.n_h / out.N_h
+        per = {s: {"N": int(sizes[s]), "n": int(alloc[s]), "pi": alloc[s] / sizes[s]} for s in sorted(sizes)}
+        if design == "auto": extra = {"design": "uniform", "requested": "auto", "why": why}
+    else:
+        out, per = _design_sample(d, spans, alloc, chosen, seed, positive, floor, prior_error, sigma)
+        has_p = "prob" in d and pd.to_numeric(d["prob"], errors="coerce").notna().all()
+        extra = {"design": chosen, "requested": design, "why": why, "poisson": chosen == "active",
+                 "per_value": {s: int(alloc[s]) for s in sorted(alloc)},
+                 "prediction": "probability" if has_p else "verdict", "positive": [str(p) for p in positive or []],
+                 **({"floor": float(floor)} if chosen == "active" else {}), **({"prior_error": prior_error} if prior_error else {})}
     out["weight"] = 1.0 / out.pi
     return LabelSample(out, tuple(strata), {
-        "strata": strata, "allocation": allocation, "seed": int(seed), "n": int(n), "population": int(len(d)),
-        "per_stratum": {h: {"N": int(sizes[h]), "n": int(alloc[h]), "pi": alloc[h] / sizes[h]} for h in sorted(sizes)},
-        **({"scope": json.loads(canonical_json(scope))} if (scope := getattr(pop, "scope", None)) else {})})
+        "strata": strata, "allocation": allocation, "seed": int(seed), "n": int(n), "population": int(len(d)), "per_stratum": per,
+        **extra, **({"scope": json.loads(canonical_json(scope))} if (scope := getattr(pop, "scope", None)) else {})})
+
+
+# %% ../nbs/07_validation.ipynb #2a928a76
+def judge_probability(verdict, # the judge's verdict (a label string or 0/1)
+                      positive:Sequence, # verdicts that count as the outcome (e.g. ERASED)
+                      confidence=None, # its stated confidence in the verdict (0–100 or 0–1), None: none stated
+                      probs=None, # its label probabilities {label: p} (a log-probability judge), None: none
+                     )->float:
+    "The judge's probability of the outcome: from its label probabilities, else from its confidence in its verdict, else NaN."
+    pos = {str(p).lower() for p in positive}
+    if isinstance(probs, Mapping) and probs:
+        tot = sum(float(v) for v in probs.values())
+        if tot > 0: return float(sum(float(v) for k, v in probs.items() if str(k).lower() in pos) / tot)
+    if confidence is None or (isinstance(confidence, float) and math.isnan(confidence)) or verdict is None: return math.nan
+    c = float(confidence) / (100.0 if float(confidence) > 1 else 1.0)
+    return c if str(verdict).strip().lower() in pos or verdict == 1 else 1.0 - c
+
+def active_pi(u, # each item's uncertainty score (≥ 0): √(p(1 − p)) for a probability judge
+              n:float, # expected labels among these items
+              floor:float=ACTIVE_FLOOR, # share of π spread uniformly (every π ≥ floor·n/N)
+             )->np.ndarray:
+    "Inclusion probabilities ∝ (1 − floor)·u/mean(u) + floor, summing to n, capped at 1 (the excess spread over the rest)."
+    u = np.asarray(u, float)
+    N = len(u)
+    if not 0 <= floor <= 1: raise ValueError(f"floor={floor}: give a share between 0 and 1")
+    if (u < 0).any() or np.isnan(u).any(): raise ValueError("active_pi: uncertainty scores must be ≥ 0 and not NaN")
+    if n >= N: return np.ones(N)
+    q = (1 - floor) * u / u.mean() + floor if u.mean() > 0 else np.ones(N)
+    pi, fixed = np.zeros(N), np.zeros(N, bool)
+    while True:
+        pi[~fixed] = (n - fixed.sum()) * q[~fixed] / q[~fixed].sum()
+        over = ~fixed & (pi >= 1)
+        if not over.any(): return pi
+        fixed |= over
+        pi[fixed] = 1.0
+
+def verdict_error_prior(rate:float, # the judge-reported rate of the group (share of verdicts = 1)
+                        error:float=PRIOR_ERROR, # the judge's assumed error rate, the same both ways
+                       )->dict:
+    "P(human ≠ judge | verdict) for verdicts 1 and 0 when the judge errs at `error` both ways (Bayes from the reported rate)."
+    e = min(max(float(error), 1e-3), 0.49)
+    th = min(max((rate - e) / (1 - 2 * e), 0.01), 0.99)
+    r = th * (1 - e) + (1 - th) * e
+    return {1: (1 - th) * e / r, 0: th * e / (1 - r)}
+
+def neyman_allocation(sizes:Mapping[str, int], # stratum → N_h
+                      sd:Mapping[str, float], # stratum → σ_h (the sd of the judge's error there)
+                      n:int, # labels for these strata
+                      min_n:int=2, # every stratum gets at least this many (or all its items): its variance needs them
+                     )->dict:
+    "Labels per stratum ∝ N_h·σ_h (Neyman), at least `min_n`, at most N_h; largest-remainder rounding."
+    hs = sorted(sizes)
+    a = {h: min(sizes[h], min_n) for h in hs}
+    left = n - sum(a.values())
+    while left > 0:
+        open_ = [h for h in hs if a[h] < sizes[h]]
+        if not open_: break
+        w = {h: sizes[h] * max(sd[h], 1e-6) for h in open_}
+        q = {h: left * w[h] / sum(w.values()) for h in open_}
+        add = {h: min(sizes[h] - a[h], int(math.floor(q[h]))) for h in open_}
+        if sum(add.values()) == 0: add[max(open_, key=lambda h: (q[h] - math.floor(q[h]), h))] = 1
+        for h in open_: a[h] += add[h]
+        left = n - sum(a.values())
+    return a
+
+# %% ../nbs/07_validation.ipynb #f068755b
+def simulate_design_audit(rates:Mapping[str, float], # true rate per group (e.g. erasure per attribute value)
+                          *, sharpness:float|None=0.7, # a calibrated probability judge of this sharpness; None: a flat-error judge
+                          calibration:float=1.0, # its logit scale (1 = calibrated)
+                          miss:Mapping[str, float]|float=0.05, # flat-error judge: P(judge says 1 | truth 0) per group
+                          false_cue:float=0.05, # flat-error judge: P(judge says 0 | truth 1)
+                          confidence:float=0.9, # flat-error judge: its stated confidence, the same for every verdict
+                          n_prompts:int=100, # clusters (base prompts); each gives `images` items to every group
+                          images:int=3, # items per prompt and group
+                          seed:int=0, # seed of this replicate
+                          dimension:str="culture", # dimension name written into the frame
+                         )->pd.DataFrame:
+    "An audit's population with planted truth, the judge's 0/1 verdict and its probability, clustered by prompt (no labels yet)."
+    from acrb_nb.adapters.planted import calibrated_judge_prob
+    g = rng(seed, "validation.design_sim")
+    per = lambda v, k: float(v[k]) if isinstance(v, Mapping) else float(v)
+    parts, N = [], n_prompts * images
+    for name, th in rates.items():
+        t = (g.random(N) < th).astype(float)
+        if sharpness is not None:
+            p = calibrated_judge_prob(th, t, sharpness, calibration, g)
+            v = (p > 0.5).astype(float)
+        else:
+            u = g.random(N)
+            v = np.where(t == 1, u >= false_cue, u < per(miss, name)).astype(float)
+            p = np.where(v == 1, confidence, 1 - confidence)
+        parts.append(pd.DataFrame({"key": [f"{name}-{i:05d}" for i in range(N)], "dimension": dimension, "group": name,
+                                   "cluster": [f"p{c:03d}" for c in np.repeat(np.arange(n_prompts), images)],
+                                   "truth": t, "verdict": v.astype(int), "prob": p}))
+    return pd.concat(parts, ignore_index=True)
+
+# %% ../nbs/07_validation.ipynb #144aaf39
+def _varies(p, verdicts, groups)->bool:
+    "Whether the judge's probability takes more than one value among the items of one group with one verdict."
+    cell = pd.factorize(np.asarray(groups, object))[0] * 2 + (np.asarray(verdicts, float) == 1)
+    return bool((pd.Series(np.asarray(p, float)).groupby(cell).nunique() > 1).any())
+
+def _prior_wrong(v, p, g, prior_error)->np.ndarray:
+    "P(human ≠ judge) per item when the judge errs at one rate both ways (`verdict_error_prior`, per group, from its reported rate)."
+    c, _ = pd.factorize(np.asarray(g, object))
+    order = np.argsort(c, kind="stable")
+    out = np.empty(len(v))
+    for ix in np.split(order, np.flatnonzero(np.diff(c[order])) + 1) if len(c) else []:
+        e, pg = prior_error, p[ix]
+        if e is None: e = PRIOR_ERROR if np.isnan(pg).any() else float(np.mean(np.minimum(pg, 1 - pg)))
+        q = verdict_error_prior(float(v[ix].mean()), e)
+        out[ix] = np.where(v[ix] == 1, q[1], q[0])
+    return out
+
+def _prior_cells(v, p, g, prior_error)->np.ndarray:
+    "P(outcome) per item under `_prior_wrong`."
+    w = _prior_wrong(v, p, g, prior_error)
+    return np.where(v == 1, 1 - w, w)
+
+def judge_error_model(verdicts, # 0/1 verdicts of the population
+                      probs, # the judge's probabilities of the outcome (NaN where it gives none)
+                      groups, # the reported group of each item
+                      *, prior_error:float|None=None, # the judge's assumed error rate (None: from its confidence, else 0.1)
+                      labels=None, # a pilot's 0/1 labels (NaN where unlabelled): each group × verdict cell moves toward them
+                     )->np.ndarray:
+    """P(outcome) of each item as the planner and the effective label counts assume it: the judge's own probability where it
+    varies within a verdict (a calibrated judge), else a judge erring at `prior_error` both ways (`verdict_error_prior`); a
+    pilot's labels shift each group × verdict cell by Σ(label − P)/(labels + 2) over its labelled items (any design: the
+    labelled items are compared with their own P, so a sample that favours unsure items does not bias the shift)."""
+    v, p = np.asarray(verdicts, float), np.asarray(probs, float)
+    g = np.asarray(groups, object).astype(str)
+    out = p.copy() if not np.isnan(p).any() and prior_error is None and _varies(p, v, g) else _prior_cells(v, p, g, prior_error)
+    if labels is not None:   # calibrate each cell on its labelled items: Σ(y − p)/(labels + 2), whatever drew them
+        y = np.asarray(labels, float)
+        c = pd.factorize(g)[0] * 2 + (v == 1)
+        for k in np.unique(c[~np.isnan(y)]):
+            m, ml = c == k, (c == k) & ~np.isnan(y)
+            out[m] = np.clip(out[m] + (y[ml] - out[ml]).sum() / (ml.sum() + 2), 1e-3, 1 - 1e-3)
+    return out
+
+# %% ../nbs/07_validation.ipynb #f76cc32f
+def _verdict01(d:pd.DataFrame, positive)->np.ndarray:
+    "The population's verdicts as 0/1 (`positive` names the verdicts that count as 1; numeric verdicts pass through)."
+    if positive is not None: return binarize(d.verdict, positive)
+    v = pd.to_numeric(d.verdict, errors="coerce").to_numpy(float)
+    if np.isnan(v).any() or not np.isin(v, (0, 1)).all():
+        raise ValueError("this design needs the judge's verdicts as 0/1: pass positive= the verdicts that count as the outcome "
+                         "(e.g. positive=ERASED for ACRB cue verdicts)")
+    return v
+
+def auto_design(verdicts, # 0/1 verdicts of the population
+                probs, # the judge's probabilities (NaN where it gives none)
+                groups, # the stratum (reported group) of each item
+                per_group:Mapping|None=None, # the labels each group gets (None: not known)
+               )->tuple:
+    """(design, why): the design `bench/labels.py` shows best for this judge — "active" when it gives a probability per item
+    that varies within a group's verdicts (it knows which items it is unsure of), else "verdict-neyman"; "uniform" when a
+    group gets fewer than `DESIGN_MIN_LABELS` labels (a weighted design's rate could not be cited on them)."""
+    if per_group and min(per_group.values()) < DESIGN_MIN_LABELS:
+        return "uniform", (f"a value gets only {min(per_group.values())} labels, fewer than the {DESIGN_MIN_LABELS} a weighted design's "
+                           "corrected rate rests on: a simple random sample per value")
+    p = np.asarray(probs, float)
+    if np.isnan(p).all(): return "verdict-neyman", ("the judge gives verdicts only (no probability): labels go where its errors "
+                                                    "hide, by verdict (Neyman allocation on a prior error of each verdict)")
+    if np.isnan(p).any(): return "verdict-neyman", (f"the judge gives no probability for {int(np.isnan(p).sum())} of {len(p)} items: "
+                                                    "labels are allocated by verdict (Neyman) instead of by its uncertainty")
+    if _varies(p, verdicts, groups):
+        return "active", ("the judge states a probability that varies between items with the same verdict: labels go to the "
+                          "items it is unsure of (π ∝ √(p(1 − p)), mixed with uniform)")
+    return "verdict-neyman", ("the judge states one confidence per verdict, which cannot tell its sure items from its unsure ones: "
+                              "labels are allocated by verdict (Neyman)")
+
+def _design_sample(d:pd.DataFrame, spans:list, alloc:dict, design:str, seed:int, positive, floor:float, prior_error, sigma)->tuple:
+    "Rows of an active or verdict-neyman sample (d sorted by stratum and key; `spans`: each stratum's rows), and its record."
+    v = _verdict01(d, positive)
+    p = pd.to_numeric(d["prob"], errors="coerce").to_numpy(float) if "prob" in d else np.full(len(d), np.nan)
+    if np.isnan(v).any(): raise ValueError("every item of the population needs a verdict; drop the items the judge did not judge")
+    q = _prior_wrong(v, p, d.stratum.to_numpy().astype(str), prior_error) if sigma is None else None
+    parts, per = [], {}          # (rows, stratum, N_h, n_h, π of the rows) per design stratum
+    for h, a, b in spans:
+        vh, ph, N = v[a:b], p[a:b], b - a
+        if sigma is None:
+            sd = {k: math.sqrt(q[a:b][vh == k][0] * (1 - q[a:b][vh == k][0])) if (vh == k).any() else 0.5 for k in (0, 1)}
+        else: sd = {k: float(sigma.get(f"{h}|verdict={k}", sigma.get(k, 0.5))) for k in (0, 1)}
+        if design == "active":
+            u = np.sqrt(ph * (1 - ph)) if not np.isnan(ph).any() else np.array([sd[int(x)] for x in vh])
+            pi = active_pi(u, alloc[h], floor)
+            take = np.flatnonzero(rng(seed, "validation.active", h).random(N) < pi)
+            parts.append((a + take, h, N, alloc[h], pi[take]))
+            per[h] = {"N": N, "n": float(alloc[h]), "drawn": int(len(take)), "pi_min": float(pi.min()), "pi_max": float(pi.max())}
+            continue
+        sizes = {k: int((vh == k).sum()) for k in (0, 1) if (vh == k).any()}
+        nh = neyman_allocation(sizes, sd, alloc[h])
+        for k, Nk in sizes.items():
+            s = f"{h}|verdict={k}"
+            take = np.sort(rng(seed, "validation.sample", s).permutation(Nk)[:nh[k]])
+            parts.append((a + np.flatnonzero(vh == k)[take], s, Nk, nh[k], np.full(len(take), nh[k] / Nk)))
+            per[s] = {"N": Nk, "n": int(nh[k]), "pi": nh[k] / Nk, "sd": sd[k]}
+    out = d.iloc[np.concatenate([x[0] for x in parts]).astype(int) if parts else []].reset_index(drop=True)
+    out["stratum"] = np.repeat([x[1] for x in parts], [len(x[0]) for x in parts]) if parts else []
+    out["N_h"] = np.repeat([x[2] for x in parts], [len(x[0]) for x in parts]).astype(int) if parts else []
+    out["n_h"] = np.repeat([x[3] for x in parts], [len(x[0]) for x in parts]).astype(int) if parts else []
+    out["pi"] = np.concatenate([x[4] for x in parts]) if parts else []
+    return out, per
+
+
+# %% ../nbs/07_validation.ipynb #ffcd4d07
+def _design_frame(population:pd.DataFrame, design:dict, labels:pd.DataFrame|None, group:str, positive)->tuple:
+    "(population with judge, human, stratum, sampled, labelled, π × labelled/sampled; the sample's design) for a weighted design."
+    d0 = design["design"]
+    lab = (pd.DataFrame(columns=["key", "human"]) if labels is None else
+           pd.DataFrame({"key": labels.key.to_numpy(), "human": binarize(labels.label, positive)}))
+    df = population.merge(lab.drop_duplicates("key"), on="key", how="left")
+    df["judge"] = binarize(df.verdict, positive)
+    df["stratum"] = stratum_ids(df, list(d0["strata"]))
+    if d0.get("design") == "verdict-neyman":
+        df["stratum"] = df.stratum + "|verdict=" + df.judge.map(lambda v: str(int(v)) if v == v else "")
+    items = design["items"] if isinstance(design["items"], pd.DataFrame) else pd.DataFrame(design["items"])
+    df["sampled"] = df.key.isin(set(items.key))
+    if df.human.notna().any() and not df.sampled[df.human.notna()].all():
+        raise ValueError("labels of items outside the sample cannot enter a design-based estimate; import only the sample's labels")
+    df["labelled"] = df.human.notna() if labels is not None else df.sampled
+    rho = (df[df.labelled].groupby("stratum").size() / df[df.sampled].groupby("stratum").size()).fillna(0.0)
+    df["pi"] = df.key.map(dict(zip(items.key, items.pi))).fillna(1.0).to_numpy(float) * df.stratum.map(rho).fillna(1.0).to_numpy(float)
+    return df, d0
+
+def effective_labels(population:pd.DataFrame, # population items (`LabelPopulation.items`: key, strata, verdict, prob, …)
+                     design:dict, # the sample's record (`sample_design`): its design and every sampled item's π
+                     labels:pd.DataFrame|None, # the imported labels (key, label); None: the whole sample, as if labelled
+                     group:str, # the reported group column
+                     positive:Sequence, # verdicts / labels that count as the outcome
+                    )->pd.DataFrame:
+    """Per group: items, labels and `n_eff`, the labels of a uniform sample (today's estimator: PPI on the verdicts) that give
+    the same variance — n / deff, Kish's design effect deff = Var(design) / Var(uniform), under `judge_error_model`
+    (uniform samples: n_eff = n)."""
+    if design["design"].get("design", "uniform") == "uniform":
+        items = design["items"]
+        keys = set(labels.key) if labels is not None else set(items.key if isinstance(items, pd.DataFrame) else [i["key"] for i in items])
+        t = population.assign(_l=population.key.isin(keys)).groupby(group, sort=True)._l
+        return pd.DataFrame({"group": t.size().index.to_numpy(), "n_items": t.size().to_numpy(), "n_labels": t.sum().to_numpy(),
+                             "n_eff": t.sum().to_numpy(float)})
+    df, d0 = _design_frame(population, design, labels, group, positive)
+    v = df.judge.to_numpy(float)
+    prob = pd.to_numeric(df["prob"], errors="coerce").to_numpy(float) if "prob" in df else np.full(len(df), np.nan)
+    p = judge_error_model(v, prob, df[group].to_numpy(), prior_error=d0.get("prior_error"))
+    f = np.where(np.isnan(prob), v, prob) if d0.get("prediction") == "probability" else v
+    sq = p * (1 - f) ** 2 + (1 - p) * f ** 2                            # E(y − f)² per item
+    if not d0.get("poisson"):                                           # fixed-size strata: the spread around the stratum's mean
+        by = pd.DataFrame({"s": df.stratum, "sq": sq, "m": p - f}).groupby("s")
+        sq = (df.stratum.map(by.sq.mean()) - df.stratum.map(by.m.mean()) ** 2).to_numpy(float)
+    L = df.labelled.to_numpy()
+    t = pd.DataFrame({"g": df[group], "vd": np.where(L, sq / np.where(L, df.pi, 1.0) ** 2, 0.0), "L": L,
+                      "e": p * (1 - v) + (1 - p) * v, "m": p - v}).groupby("g", sort=True)
+    N, n = t.size(), t.L.sum()
+    vd, vu = t.vd.sum() / N ** 2, (t.e.mean() - t.m.mean() ** 2) / n.where(n > 0)
+    ne = np.round(np.where(n == 0, 0.0, np.where(vd > 0, n * vu / vd.where(vd > 0), N)), 9)   # n / deff (rounding noise off)
+    return pd.DataFrame({"group": N.index.to_numpy(), "n_items": N.to_numpy(), "n_labels": n.to_numpy(),
+                         "n_eff": np.minimum(ne, N.to_numpy())})
+
+# %% ../nbs/07_validation.ipynb #336c173d
+def design_correction(population:pd.DataFrame, # population items (`LabelPopulation.items`: key, strata, verdict, prob, …)
+                      design:dict, # the sample's record (`sample_design`): its design, strata and every sampled item's π
+                      labels:pd.DataFrame, # the imported labels (`labels_frame`: key, label)
+                      group:str, # the reported group column (e.g. attribute_id)
+                      positive:Sequence, # verdicts / labels that count as the outcome (e.g. ERASED)
+                      *, dimension:str|None=None, # column grouping groups into dimensions (for Δ)
+                      cluster:str|None=None, # cluster column (base prompt) of the design-based covariance
+                      alpha:float=0.05, # 1 - confidence level
+                      min_labels:int=30, # effective labels (`effective_labels`) a group needs before its corrected rate is cited
+                      effective:bool=True, # weighted designs: count effective labels (False: labels only, as simulations do)
+                     )->pd.DataFrame:
+    """Corrected rates with the weights of the sample's recorded design: `corrected_rates` (uniform) or `design_rates`; a group
+    is cited corrected when its labels are worth `min_labels` uniform labels (`n_eff`) and number at least `DESIGN_MIN_LABELS`."""
+    if design["design"].get("design", "uniform") == "uniform":
+        df = population.merge(labels[["key", "label"]], on="key", how="left")
+        df["judge"], df["human"] = binarize(df.verdict, positive), binarize(df.label, positive)
+        out = corrected_rates(df, group, dimension=dimension, alpha=alpha, min_labels=min_labels)
+        return out.assign(n_eff=out.n_labels.astype(float))
+    df, d0 = _design_frame(population, design, labels, group, positive)
+    out = design_rates(df, group, prob="prob" if d0.get("prediction") == "probability" else None, stratum="stratum",
+                       poisson=bool(d0.get("poisson")), cluster=cluster, dimension=dimension, alpha=alpha,
+                       min_labels=min(min_labels, DESIGN_MIN_LABELS))
+    if not effective: return out.assign(n_eff=np.nan)
+    ne = effective_labels(population, design, labels, group, positive).set_index("group").n_eff
+    out["n_eff"] = out.group.map(ne).to_numpy(float)
+    short = (out.cite == "corrected") & (out.n_eff < min_labels)
+    out.loc[short, ["corrected", "corrected_lo", "corrected_hi", "corrected_se", "lam"]] = np.nan
+    out.loc[short, "cite"] = "judge_only"
+    out.loc[short, "status"] = [f"judge-reported, uncorrected ({k} labels worth {e:.1f} uniform labels; min_labels = {min_labels})"
+                                for k, e in zip(out.n_labels[short], out.n_eff[short])]
+    return out
+
+
+# %% ../nbs/07_validation.ipynb #344ea5a0
+def design_deltas(pops:Sequence[pd.DataFrame], # populations from `simulate_design_audit` (each: one replicate of an audit)
+                  design:str, # a labelling design (`DESIGNS`)
+                  n:int, # labels in total per population (per group: n / groups)
+                  seed:int=0, # seed of the samples and of Δ's interval draws
+                  alpha:float=0.05, # 1 - confidence level
+                  n_draws:int=1000, # normal draws per Δ interval
+                 )->pd.DataFrame:
+    """`design_delta` of many populations in one pass: they are stacked as one population in which replicate r has its own
+    dimension, groups and prompts (so every group's estimate and every covariance is the one it would have alone), one
+    sample of n·R labels is drawn (each group keeps its n / groups) and corrected, and Δ's interval is computed per replicate."""
+    R = len(pops)
+    big = pd.concat([p.assign(rep=r) for r, p in enumerate(pops)], ignore_index=True)
+    tag = big.rep.astype(str) + ":"
+    big = big.assign(key=tag + big.key.astype(str), group=tag + big.group.astype(str), cluster=tag + big.cluster.astype(str),
+                     dimension=tag + big.dimension.astype(str))
+    s = sample_items(big, int(n) * R, strata=["group"], seed=seed, design=design, positive=(1,))
+    rec = {"design": s.design, "items": s.items[["key", "stratum", "pi"]]}
+    lab = pd.DataFrame({"key": s.items.key.to_numpy(), "label": s.items.truth.astype(int).astype(str).to_numpy()})
+    C = design_correction(big, rec, lab, "group", (1,), dimension="dimension", cluster="cluster", alpha=alpha, min_labels=2,
+                          effective=False)
+    D = corrected_delta(C, alpha=alpha, n_draws=n_draws, seed=seed, pooled=False)
+    rep = D.dimension.str.split(":", n=1)
+    used = s.items.rep.value_counts()
+    return pd.DataFrame({"rep": rep.str[0].astype(int), "dimension": rep.str[1], "design": s.design.get("design", "uniform"),
+                         "labels": rep.str[0].astype(int).map(used).fillna(0).astype(int).to_numpy(),
+                         "delta": D.corrected, "lo": D.corrected_lo, "hi": D.corrected_hi}).sort_values(["rep", "dimension"],
+                                                                                                     ignore_index=True)
+
+def design_delta(pop:pd.DataFrame, # from `simulate_design_audit`
+                 design:str, # a labelling design (`DESIGNS`)
+                 n:int, # labels in total (per group: n / groups)
+                 seed:int=0, # seed of the sample and of Δ's interval draws
+                 alpha:float=0.05, # 1 - confidence level
+                 n_draws:int=1000, # normal draws per Δ interval
+                )->dict:
+    """Draw a labelling sample with `design`, label it with the truth, correct the rates as a report would (uniform: today's
+    `corrected_rates`; the others: `design_correction`) and return Δ's corrected interval (the first dimension's) and the labels used."""
+    o = design_deltas([pop], design, n, seed, alpha, n_draws).iloc[0]
+    return {"design": o.design, "labels": int(o.labels), "delta": o.delta, "lo": o.lo, "hi": o.hi}
+
+# %% ../nbs/07_validation.ipynb #c5958832
+def plan_labels(pop:pd.DataFrame, # population as for `design_delta`: key, group, dimension, cluster, verdict (0/1), prob
+                width:float, # target mean width of the corrected Δ interval (2 × the half-width w), in every dimension
+                design:str="auto", # the design to plan for
+                *, reps:int=30, # simulated audits per budget tried
+                prior_error:float|None=None, # a judge's assumed error rate (None: its confidence, else 0.1; see `judge_error_model`)
+                labels=None, # a pilot's 0/1 labels (NaN where unlabelled), aligned with `pop`: they set the judge's error model
+                seed:int=0, # seed of the simulations
+                n_max:int|None=None, # the largest budget considered (None: all items)
+               )->dict:
+    """Labels needed for a corrected Δ interval of mean width `width` with `design`, before any (more) label: the truth is
+    drawn from `judge_error_model` (the judge's probabilities, or its verdicts with `prior_error`, moved toward a pilot's
+    labels), `reps` audits are simulated per budget (`design_deltas`, the same draws at every budget) and the budget bisected."""
+    check_columns(pop, ["key", "group", "dimension", "cluster", "verdict"], "plan_labels")
+    if not width > 0: raise ValueError(f"width={width!r}: give the target mean width of Δ's interval (> 0)")
+    prob = pd.to_numeric(pop["prob"], errors="coerce").to_numpy(float) if "prob" in pop else np.full(len(pop), np.nan)
+    p = judge_error_model(pop.verdict.to_numpy(float), prob, pop.group.to_numpy(), prior_error=prior_error, labels=labels)
+    sims = [pop.assign(truth=(rng(seed, "validation.plan", r).random(len(pop)) < p).astype(float)) for r in range(reps)]
+    groups, seen = pop.group.nunique(), {}
+    def mean_width(n):   # the widest dimension's mean width; a budget that leaves Δ uncorrected in over 10% of audits: none
+        if n not in seen:
+            o = design_deltas(sims, "uniform" if n >= len(pop) else design, int(n), seed=seed, n_draws=500)   # a census is a census
+            w = (o.hi - o.lo).groupby(o.dimension)
+            seen[n] = float(np.where(w.apply(lambda x: x.isna().mean()) > 0.1, np.inf, w.mean()).max()) if len(o) else np.inf
+        return seen[n]
+    hi = int(min(n_max or len(pop), len(pop)))
+    lo = min(2 * groups, hi)
+    out = {"design": design, "width": float(width), "reps": int(reps), "population": int(len(pop)), "groups": int(groups)}
+    if not (pop.groupby("dimension").group.nunique() >= 2).any():
+        return {**out, "labels": None, "width_at_max": np.nan, "n_max": hi, "note": "no dimension has two values: there is no Δ"}
+    if mean_width(hi) > width: return {**out, "labels": None, "width_at_max": mean_width(hi), "n_max": hi,
+                                       "note": f"not reachable: {hi} labels give a mean width of {mean_width(hi):.3f}"}
+    if mean_width(lo) <= width: hi = lo
+    while hi - lo > max(groups, 0.04 * hi):
+        mid = int(round(math.sqrt(lo * hi)))
+        lo, hi = (lo, mid) if mean_width(mid) <= width else (mid, hi)
+    return {**out, "labels": int(hi), "per_group": int(math.ceil(hi / groups)), "width_at_plan": mean_width(hi)}
+
+
+# %% ../nbs/07_validation.ipynb #905a440c
+def labeller_agreement(pairs:pd.DataFrame, # from `labeller_pairs`: key, stratum, labeller, label, first_labeller, first_label
+                       positive:Sequence, # labels that count as the outcome (κ is on the outcome the estimates use)
+                       alpha:float=0.05, # 1 - confidence level
+                      )->pd.DataFrame:
+    """Per value (a stratum without its '|verdict=' part) and overall: items labelled twice, the share on which the two
+    labels disagree on the outcome, and Cohen's κ with its analytic (Fleiss–Cohen–Everitt) interval."""
+    cols = ["value", "n", "agreement", "agreement_lo", "agreement_hi", "disagreement", "kappa", "kappa_lo", "kappa_hi"]
+    if not len(pairs): return pd.DataFrame(columns=cols)
+    value = pairs.stratum.astype(str).str.split("|verdict=", regex=False).str[0].to_numpy()
+    A = agreement(binarize(pairs.first_label, positive), binarize(pairs.label, positive), value, alpha)
+    A = A.rename(columns={"stratum": "value", "accuracy": "agreement", "accuracy_lo": "agreement_lo", "accuracy_hi": "agreement_hi"})
+    return A.assign(disagreement=1 - A.agreement)[cols]
+
+def label_noise(disagreement:float, # share of doubly labelled items whose two labels differ
+               )->float:
+    "ε, each label's flip rate, if two labellers who each flip a label with probability ε disagree at rate 2ε(1 − ε) = d."
+    d = min(max(float(disagreement), 0.0), 0.5)
+    return (1 - math.sqrt(1 - 2 * d)) / 2
+
+def label_noise_sensitivity(rates:pd.DataFrame, # corrected rates (`design_correction` / `corrected_rates`)
+                            deltas:pd.DataFrame, # corrected Δ (`corrected_delta`)
+                            disagreement:float, # the labellers' disagreement rate (`labeller_agreement`, overall)
+                           )->dict:
+    """The corrected rates and Δ as they would be if the disagreement were symmetric label noise at ε = `label_noise(d)`:
+    rates (r − ε)/(1 − 2ε) clipped to [0, 1], Δ and its interval × 1/(1 − 2ε) (cited rows only)."""
+    eps = label_noise(disagreement)
+    k = 1 / (1 - 2 * eps)
+    R = rates.loc[rates.cite == "corrected", ["group", "corrected", "corrected_lo", "corrected_hi"]].copy()
+    for c in ("corrected", "corrected_lo", "corrected_hi"): R[f"{c}_if_noise"] = ((R[c] - eps) * k).clip(0, 1)
+    D = deltas.loc[deltas.cite == "corrected", ["dimension", "corrected", "corrected_lo", "corrected_hi"]].copy()
+    for c in ("corrected", "corrected_lo", "corrected_hi"): D[f"{c}_if_noise"] = D[c] * k
+    return {"disagreement": float(disagreement), "epsilon": eps, "factor": k, "rates": R, "deltas": D}
 
 # %% ../nbs/07_validation.ipynb #c1f9502a
 def simulate_judged_audit(rates:Mapping[str, float], # true rate per group (e.g. erasure per attribute value)

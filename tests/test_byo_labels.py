@@ -9,6 +9,11 @@
   item's draws.
 - The manifest's `api_requests` equals the requests the (fake) OpenAI server logged, retries included, although the
   same run also calls a local CLIP judge (counted in `local_calls`).
+- Issue 51, on one small run with a judge that states a varying probability (so `auto` draws an active sample): the
+  labelling page's download (what data/web/label.js writes) and a Label Studio export give the same estimates as labels
+  written into labels.csv; an import whose design does not match the run's record of the sample is refused, saying what
+  to do; a second labeller's labels are kept apart, and their agreement (Cohen's κ) and the label-noise sensitivity are
+  reported.
 """
 import json
 import os
@@ -178,3 +183,128 @@ def test_api_requests_equal_the_providers_log(tmp_path):
     assert int(row["API requests (what the provider bills)"]) == len(log)
     assert int(row["local model calls (judges, local models)"]) == mc["local_calls"]
     assert "calls" not in row                                          # no unlabelled total beside them
+
+
+# ---------------------------------------------------------------------------------------------------- issue 51
+# One small run shared by the tests below: the sim generator and the `sim-calibrated` judge (a probability per image that
+# varies, so `auto` draws an active sample), culture only, 24 base prompts; a sample of 60 labels exported with design auto.
+
+def page_csv(folder: Path, labels: dict, labeller: str = "") -> str:
+    "What data/web/label.js's buildCsv downloads: the page's columns and rows, human_label filled in, a labeller column if named."
+    html = (folder / "labels.html").read_text(encoding="utf-8")
+    island = html.split("<script type='application/json' id='acrb-data'>", 1)[1].split("</script>", 1)[0]
+    D = json.loads(island.replace("<\\/", "</"))
+    field = lambda v: '"' + v.replace('"', '""') + '"' if any(ch in v for ch in '",\r\n') else v
+    cols = list(D["columns"]) + (["labeller"] if labeller.strip() and "labeller" not in D["columns"] else [])
+    lines = [",".join(field(c) for c in cols)]
+    for r in D["rows"]:
+        row = {**r, "human_label": labels.get(r["key"], ""), **({"labeller": labeller.strip()} if labeller.strip() else {})}
+        lines.append(",".join(field(str(row.get(c) if row.get(c) is not None else "")) for c in cols))
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def active_run(tmp_path_factory):
+    from acrb_nb.acrb.pipeline import run_acrb, export_labelling_sample
+    root = tmp_path_factory.mktemp("labels51")
+    res = run_acrb("sim", judge="sim-calibrated", attributes=["culture"], n_base_prompts=24, run_dir=str(root / "run"),
+                   analysis={"n_boot": 50, "n_perm": 50})
+    folder = export_labelling_sample(res.run, res.stage3, 60, min_labels=10)
+    truth = pd.read_parquet(root / "run" / "sim_truth.parquet")
+    res.run.close()
+    return root, res.stage3, folder.relative_to(root / "run"), dict(zip(truth.key, truth.cue))
+
+
+def _copy(root: Path, name: str):
+    "A copy of the shared run (its labelling folder inside), opened: each route imports into its own."
+    import shutil
+    from acrb_nb.core import RunSpec
+    from acrb_nb.store import Run
+    shutil.copytree(root / "run", root / name)
+    return Run(RunSpec.from_json(root / name / "spec.json"), run_dir=root / name)
+
+
+def _estimates(run, s3, min_labels=10):
+    from acrb_nb.acrb.pipeline import judge_correction, cited_clusters
+    C = judge_correction(run, s3, clusters=cited_clusters(s3), min_labels=min_labels)
+    cols = ["corrected", "corrected_lo", "corrected_hi", "cite"]
+    return C, C.rates.set_index("group")[cols], C.deltas.set_index("dimension")[cols]
+
+
+def test_active_sample_round_trips_give_the_same_estimates(active_run):
+    "Labels written into labels.csv, downloaded from the labelling page, or exported from Label Studio: the same estimates."
+    from acrb_nb import validation
+    from acrb_nb.labelpage import label_studio_export
+    root, s3, rel, truth = active_run
+    sample = json.loads((root / "run" / rel / "sample.json").read_text())
+    assert sample["design"]["design"] == "active" and sample["design"]["requested"] == "auto"
+    keys = [it["key"] for it in sample["items"]]
+    labels = {k: truth[k] for k in keys}
+    out = {}
+    run = _copy(root, "direct")                                    # 1. labels written into labels.csv directly
+    sheet = pd.read_csv(run.dir / rel / "labels.csv", dtype=str, keep_default_na=False)
+    sheet["human_label"] = sheet.key.map(labels); sheet.to_csv(run.dir / rel / "labels.csv", index=False)
+    validation.import_labels(run.dir / rel, run); out["direct"] = _estimates(run, s3); run.close()
+    run = _copy(root, "page")                                      # 2. the labelling page's download, as label.js writes it
+    (run.dir / rel / "labels.csv").write_text(page_csv(run.dir / rel, labels, "ana"), encoding="utf-8")
+    imp = validation.import_labels(run.dir / rel, run)
+    assert imp["added"] == len(keys) and set(validation.labels_frame(run).labeller) == {"ana"}
+    out["page"] = _estimates(run, s3); run.close()
+    run = _copy(root, "ls")                                        # 3. a Label Studio JSON export of the same sample
+    tasks = json.loads(label_studio_export(run.dir / rel, image_url="http://localhost/img")[0].read_text())
+    assert not any(k in t["data"] for t in tasks for k in ("pi", "prob", "verdict"))          # the weights never show
+    for t in tasks:
+        t["annotations"] = [{"result": [{"from_name": "human_label", "to_name": "question", "type": "choices",
+                                         "value": {"choices": [labels[t["data"]["key"]]]}}], "completed_by": {"email": "ana@lab"}}]
+    (root / "ls.json").write_text(json.dumps(tasks))
+    validation.import_labels(root / "ls.json", run); out["ls"] = _estimates(run, s3); run.close()
+    C, R, D = out["direct"]
+    assert C.sample["design"] == "active" and (R.cite == "corrected").any() and C.n_labels == len(keys)
+    for route in ("page", "ls"):
+        pd.testing.assert_frame_equal(out[route][1], R); pd.testing.assert_frame_equal(out[route][2], D)
+
+
+def test_an_import_that_does_not_match_the_sample_is_refused(active_run):
+    from acrb_nb import validation
+    root, s3, rel, truth = active_run
+    run = _copy(root, "refused")
+    folder = run.dir / rel
+    with pytest.raises(ValueError, match="was drawn with the active design") as e:
+        validation.import_labels(folder, run, expected="uniform")
+    assert "Import it without expected=" in str(e.value)                     # what to do
+    sj = json.loads((folder / "sample.json").read_text())
+    sj["design"]["design"], sj["design"]["poisson"] = "uniform", False       # an active sample relabelled as uniform by hand
+    (folder / "sample.json").write_text(json.dumps(sj))
+    with pytest.raises(ValueError, match="does not match the run's record") as e:
+        validation.import_labels(folder, run)
+    assert "restore the exported sample.json" in str(e.value)
+    assert validation.labels_frame(run).empty                                # nothing was imported
+    run.close()
+
+
+def test_a_second_labeller_is_kept_apart_and_measured(active_run):
+    from sklearn.metrics import cohen_kappa_score
+    from acrb_nb import validation
+    from acrb_nb.acrb.judge import ERASED
+    from acrb_nb.stats.ppi import binarize
+    root, s3, rel, truth = active_run
+    run = _copy(root, "two")
+    keys = [it["key"] for it in json.loads((run.dir / rel / "sample.json").read_text())["items"]]
+    (run.dir / rel / "labels.csv").write_text(page_csv(run.dir / rel, {k: truth[k] for k in keys}, "ana"), encoding="utf-8")
+    validation.import_labels(run.dir / rel, run)
+    C1, R1, D1 = _estimates(run, s3)
+    flip = {"present": "absent", "absent": "present", "substituted": "present"}
+    second = {k: (flip[truth[k]] if i < 4 else truth[k]) for i, k in enumerate(keys[:30])}   # 30 items again, 4 read otherwise
+    (root / "bo").mkdir(); (root / "bo" / "sample.json").write_text((run.dir / rel / "sample.json").read_text())
+    (root / "bo" / "labels.csv").write_text(page_csv(run.dir / rel, second, "bo"), encoding="utf-8")
+    imp = validation.import_labels(root / "bo", run)
+    assert (imp["added"], imp["second_labeller"]) == (0, 30)
+    C2, R2, D2 = _estimates(run, s3)
+    pd.testing.assert_frame_equal(R2, R1); pd.testing.assert_frame_equal(D2, D1)   # the first labels still make the estimates
+    o = C2.labellers.set_index("value").loc["(overall)"]
+    a, b = binarize([truth[k] for k in second], ERASED), binarize(list(second.values()), ERASED)
+    assert int(o.n) == 30 and abs(o.disagreement - (a != b).mean()) < 1e-12
+    assert abs(o.kappa - cohen_kappa_score(a, b)) < 1e-12 and o.kappa_lo < o.kappa < o.kappa_hi
+    S = C2.sensitivity
+    assert abs(S["epsilon"] - validation.label_noise(o.disagreement)) < 1e-12 and S["factor"] > 1
+    run.close()

@@ -44,6 +44,7 @@ CASES = [
     ("acrb-images", "report", ["acrb", "-p", "images_per_prompt", "0"], {}, ["images_per_prompt must be an integer ≥ 1"]),
     ("acrb-mde", "report", ["acrb", "-p", "mde", "1.5"], {}, ["mde must be a number > 0 and < 1"]),
     ("acrb-n-boot", "report", ["acrb", "-p", "n_boot", "0"], {}, ["n_boot must be an integer ≥ 1"]),
+    ("acrb-label-design", "report", ["acrb", "-p", "label_design", "actve"], {}, ["label_design='actve'", "'active'"]),
     ("acrb-min-labels", "report", ["acrb", "-p", "min_labels", "0"], {}, ["min_labels must be an integer ≥ 1"]),
     # ACRB: files
     ("acrb-labels-missing", "report", ["acrb", "-p", "labels", "nothing/labels.csv"], {}, ["does not exist", "read from"]),

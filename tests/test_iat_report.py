@@ -48,9 +48,12 @@ def test_iat_report_cli(tmp_path):
     lines = [json.loads(l) for l in results.read_text().splitlines()]
     assert len(lines) == 4 * 162 and {l["outcome"] for l in lines} == {"ok"}
     assert (run / "images" / "profile_metadata.jsonl").exists()
-    # the labelling sample: 240 valid-choice trials, 30 per pair × congruent position, blank labels
+    # the labelling sample: about 240 valid-choice trials, 30 per pair × congruent position in expectation (design auto: the
+    # sim reading states a varying confidence, so an active, Poisson sample of random size), blank labels
     with open(sample / "labels.csv", newline="", encoding="utf-8") as f: rows = list(csv.DictReader(f))
-    assert len(rows) == 240 and {r["human_label"] for r in rows} == {""}
+    design = json.loads((sample / "sample.json").read_text())["design"]
+    assert (design["design"], design["requested"]) == ("active", "auto")
+    assert abs(len(rows) - 240) <= 30 and {r["human_label"] for r in rows} == {""}
     assert {(r["pair_id"], r["cc_pos"]) for r in rows} == {(p, c) for p in {l["pair_id"] for l in lines} for c in "AB"}
 
     # a labeller reads the answers: the model's choice, except that 20 answers of one pair were read wrongly
@@ -63,8 +66,9 @@ def test_iat_report_cli(tmp_path):
     row2, html2 = _report(tmp_path, tmp_path / "reports2", "-p", "model", "sim", "-y", "dimensions: [gender, socioeconomic_status]",
                           "-p", "run_dir", str(run), "-p", "labels", str(sample))
     assert row2["headlines"]["choice_rates"] == "corrected"
-    assert "Cite the corrected rates: 240 hand-labelled trials" in html2 and "labels: 240 of a sample of 240 imported" in html2
-    assert "judge_reported" in html2 and "corrected (60 labels)" in html2
+    n = len(rows)
+    assert f"Cite the corrected rates: {n} hand-labelled trials" in html2 and f"labels: {n} of a sample of {n} imported" in html2
+    assert "judge_reported" in html2 and "design active (auto: " in html2 and "corrected (" in html2
     assert row2["headlines"]["pairs"] == 4 and row2["headlines"]["max_abs_D"] == h["max_abs_D"]   # resumed: same numbers
 
 

@@ -14,7 +14,7 @@ from ..runner import StageResult
 from ..adapters.base import VisionJudge, ImageTextEncoder, load_image
 from .detect import PixelRefusalDetector, default_detector
 from ..execution import Execution, AdapterRef, run_model_items
-from ..validation import LabelPopulation, label_items
+from ..validation import LabelPopulation, label_items, judge_probability
 from ..stats.resample import check_columns
 
 # %% auto #0
@@ -253,6 +253,8 @@ def acrb_label_items(stage3:pd.DataFrame, # Stage III rows (`judge_cues` output 
         d = d[d.cluster.astype(str).isin(cl)]
     d["question"] = [_cue_question(r.attribute_type, r.attribute_value, r.subject, r.cues) for r in d.itertuples(index=False)]
     keep = [c for c in ("attribute_type", "attribute_value", "domain", "cluster") if c in d.columns]
-    pop = label_items(d, strata=("attribute_id",), verdict=f"{judge}_cue", image="image", question="question", keep=keep)
+    conf, probs = (d[f"{judge}_{c}"] if f"{judge}_{c}" in d else pd.Series(None, index=d.index) for c in ("confidence", "probs"))
+    d["_prob"] = [judge_probability(v, ERASED, c, p) for v, c, p in zip(d[f"{judge}_cue"], conf, probs)]   # P(erased) the judge states
+    pop = label_items(d, strata=("attribute_id",), verdict=f"{judge}_cue", prob="_prob", image="image", question="question", keep=keep)
     if clusters is None and scope is None: return pop
     return dataclasses.replace(pop, scope={"name": scope or "selected prompts", "clusters": None if clusters is None else cl})

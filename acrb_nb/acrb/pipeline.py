@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
-from ..core import RunSpec, atomic_write, as_list, Options
+from scipy import special
+from ..core import RunSpec, atomic_write, as_list, Options, rng
 from ..store import Run
 from ..adapters.base import (IMAGE_GENERATORS, IMAGE_EDITORS, VISION_JUDGES, IMAGE_TEXT_ENCODERS, TEXT_LMS)
 from .prompts import stage1_prompts, load_attributes, write_stage1, select_base_ids, DOMAINS, load_base_prompts
@@ -26,9 +27,10 @@ from ..runner import StageResult
 from ..execution import Execution, AdapterRef
 
 # %% auto #0
-__all__ = ['SIM_TRUTH', 'resolve_judge', 'judge_ref', 'judge_name', 'AllCallsFailed', 'check_not_all_failed', 'JudgeCorrection',
-           'judge_correction', 'LabelShortfall', 'labelling_folder', 'cited_clusters', 'export_labelling_sample',
-           'AnalysisOptions', 'AcrbResult', 'sim_truth', 'model_ref', 'PromptInputs', 'run_acrb']
+__all__ = ['PLAN_POWER', 'SIM_TRUTH', 'resolve_judge', 'judge_ref', 'judge_name', 'AllCallsFailed', 'check_not_all_failed',
+           'JudgeCorrection', 'judge_correction', 'LabelShortfall', 'labelling_folder', 'cited_clusters',
+           'export_labelling_sample', 'label_population', 'planned_population', 'label_plan', 'AnalysisOptions',
+           'AcrbResult', 'sim_truth', 'model_ref', 'PromptInputs', 'run_acrb']
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #0c2530cf
 def resolve_judge(judge:str, # a judge name, or "auto"
@@ -140,22 +142,33 @@ class JudgeCorrection:
     note: str # what a report says: uncorrected / corrected / partly corrected
     n_labels: int # labelled items in the population
     imported: dict|None # what `validation.import_labels` did with the labels file, if one was given
-    min_labels: int = 30 # labels a value needs before its corrected rate may be cited
-    sample: dict|None = None # the labelling sample read (sample_id, seed, scope, usable, sampled per value); None: the run has none
+    min_labels: int = 30 # effective labels a value needs before its corrected rate may be cited (`validation.effective_labels`)
+    sample: dict|None = None # the labelling sample read (sample_id, seed, scope, usable, design, why, sampled and worth per value)
+    labellers: pd.DataFrame|None = None # second labellers' agreement with the first per value (`validation.labeller_agreement`)
+    sensitivity: dict|None = None # the corrected numbers if that disagreement were label noise (`validation.label_noise_sensitivity`)
 
     def labels_table(self)->pd.DataFrame:
-        "Per value: judged images of the cited analysis, labels sampled and filled in, the minimum, and how many more it needs."
-        r, per = self.rates, (self.sample or {}).get("per_value", {})
+        """Per value: judged images of the cited analysis, labels sampled, what the sample is worth once labelled and what
+        the labels so far are worth (effective labels: uniform-sample labels of the same variance), against the minimum."""
+        r, s = self.rates, self.sample or {}
+        per, worth = s.get("per_value", {}), s.get("worth", {})
+        weighted = s.get("design", "uniform") != "uniform"
+        eff = r.n_eff.fillna(0.0) if weighted and "n_eff" in r else r.n_labels.astype(float)
         out = pd.DataFrame({"dimension": r["dimension"] if "dimension" in r else None, "value": r.group, "judged": r.n_items,
-                            "sampled": [int(per.get(g, 0)) for g in r.group], "labelled": r.n_labels.astype(int),
-                            "min_labels": int(self.min_labels)})
-        out["more_needed"] = (out.min_labels - out.labelled).clip(lower=0)
+                            "sampled": [int(per.get(g, 0)) for g in r.group],
+                            "worth": [round(float(worth.get(g, per.get(g, 0))), 1) for g in r.group], "labelled": r.n_labels.astype(int),
+                            "effective": eff.round(1).to_numpy(), "min_labels": int(self.min_labels)})
+        out["more_needed"] = np.ceil(out.min_labels - out.effective - 1e-9).clip(lower=0).astype(int)
+        floor = min(self.min_labels, validation.DESIGN_MIN_LABELS) if weighted else self.min_labels
         def why(x):
-            if x.labelled >= x.min_labels: return "enough: the corrected rate may be cited"
+            if x.effective >= x.min_labels and x.labelled >= floor: return "enough: the corrected rate may be cited"
             if x.judged < x.min_labels: return (f"only {x.judged} judged images on the cited prompts: the minimum cannot be reached "
                                                 "(audit more prompts or images, or lower min_labels)")
-            if x.sampled >= x.min_labels: return f"label {x.more_needed} more of the sample"
-            return f"the sample holds {x.sampled}: export a larger one"
+            if x.worth >= x.min_labels and x.sampled >= floor:
+                k = x.more_needed if not weighted else min(x.sampled - x.labelled, max(
+                    int(np.ceil(x.more_needed * x.sampled / max(x.worth, 1e-9))), floor - x.labelled))
+                return f"label {k} more of the sample" + (f" (its {x.sampled} labels are worth {x.worth:g})" if weighted else "")
+            return f"the sample holds {x.sampled}" + (f" (worth {x.worth:g} labels)" if weighted else "") + ": export a larger one"
         out["note"] = [why(x) for x in out.itertuples(index=False)]
         return out
 
@@ -185,7 +198,7 @@ def judge_correction(run:Run, # the run (labels are imported into it and read fr
                      judge:str="judge", # judge column prefix
                      sample_id:str|None=None, # which labelling sample (None: the run's only one, else the one drawn with `label_seed`)
                      alpha:float=0.05, # 1 - confidence level
-                     min_labels:int=30, # fewer labels for a value: its rate stays judge-reported
+                     min_labels:int=30, # fewer effective labels for a value: its rate stays judge-reported
                      label_seed:int=0, # picks the sample drawn with this seed when the run has several
                      seed:int=0, # seed of Δ's interval draws
                     )->JudgeCorrection:
@@ -199,22 +212,35 @@ def judge_correction(run:Run, # the run (labels are imported into it and read fr
     lab = validation.labels_frame(run, design["sample_id"]) if design is not None and usable else pd.DataFrame(columns=["key", "label"])
     df = pop.merge(lab[["key", "label"]], on="key", how="left")
     df["judge"], df["human"] = ppi.binarize(df.verdict, ERASED), ppi.binarize(df.label, ERASED)
-    R = ppi.corrected_rates(df, "attribute_id", dimension="attribute_type", alpha=alpha, min_labels=min_labels)
+    weighted = design is not None and usable and design["design"].get("design", "uniform") != "uniform"
+    if weighted:   # the recorded weights (issue 51): what the labels are worth, against the minimum
+        R = validation.design_correction(pop, design, lab, "attribute_id", ERASED, dimension="attribute_type",
+                                         cluster="cluster" if "cluster" in pop else None, alpha=alpha, min_labels=min_labels)
+    else: R = ppi.corrected_rates(df, "attribute_id", dimension="attribute_type", alpha=alpha, min_labels=min_labels)
     D = ppi.corrected_delta(R, alpha=alpha, seed=seed)
     n = int(df.human.notna().sum())
     A = ppi.agreement(df.human, df.judge, df.attribute_id, alpha) if n else None
-    note, sample = ppi.correction_note(R), None
+    note, sample, L, sens = ppi.correction_note(R), None, None, None
+    if weighted and note == ppi.CORRECTED: note = ppi.DESIGN_NOTE
     if design is not None:
         d0, keys = design["design"], set(pop.key)
-        per = pd.Series([it["stratum"] for it in design["items"] if it["key"] in keys], dtype=object).value_counts()
+        per = pd.Series([it["stratum"].split("|verdict=")[0] for it in design["items"] if it["key"] in keys], dtype=object).value_counts()
+        worth = (validation.effective_labels(pop, design, None, "attribute_id", ERASED).set_index("group").n_eff.round(2).to_dict()
+                 if weighted else {})
         sample = {"sample_id": design["sample_id"], "seed": d0.get("seed"), "n": d0.get("n"), "scope": d0.get("scope"),
-                  "usable": usable, "per_value": {str(k): int(v) for k, v in per.items()}}
+                  "usable": usable, "design": d0.get("design", "uniform"), "requested": d0.get("requested", d0.get("design", "uniform")),
+                  "why": d0.get("why"), "per_value": {str(k): int(v) for k, v in per.items()}, "worth": worth}
+        pairs = validation.labeller_pairs(run, design["sample_id"]) if usable else pd.DataFrame()
+        if len(pairs) and len(pairs := pairs[pairs.key.isin(keys)]):
+            L = validation.labeller_agreement(pairs, ERASED, alpha)
+            if (R.cite == "corrected").any():
+                sens = validation.label_noise_sensitivity(R, D, float(L.set_index("value").disagreement["(overall)"]))
         if not usable:
             sc = d0["scope"]
             note = (f"judge-reported, uncorrected: labelling sample {design['sample_id']} was drawn from {sc.get('name')} "
                     f"({len(sc['clusters'])} prompts), which leaves out prompts of this analysis — its labels are not a random "
                     "sample of this population; export a sample for this analysis (export_labels with this exclude_policy_cells)")
-    return JudgeCorrection(R, D, A, note, n, imported, int(min_labels), sample)
+    return JudgeCorrection(R, D, A, note, n, imported, int(min_labels), sample, L, sens)
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #5ac6d087
 class LabelShortfall(UserWarning):
@@ -241,9 +267,10 @@ def export_labelling_sample(run:Run, # the run
                             *, judge:str="judge", # judge column prefix
                             label_seed:int=0, # the sample's own seed (not the run's)
                             exclude_policy_cells:bool=True, # sample the cited analysis: without policy-cell prompts (True) or all prompts
-                            min_labels:int=30, # labels a value needs to be corrected: a warning names the values the sample leaves short
+                            min_labels:int=30, # effective labels a value needs: a warning names the values the sample leaves short
+                            design:str="auto", # labelling design (`validation.DESIGNS`): "auto" picks it for the judge, and says why
                            )->Path:
-    "Draw a stratified random sample of the cited analysis's judged images and write it for hand labelling (blind: no verdicts shown)."
+    "Draw a stratified sample of the cited analysis's judged images with `design` and write it for hand labelling (blind)."
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"the number of labels must be an integer ≥ 1, got {n!r}")
     name = "excluding_policy_cells" if exclude_policy_cells else "all_prompts"
@@ -252,23 +279,123 @@ def export_labelling_sample(run:Run, # the run
         raise ValueError(f"{n} labels asked for, but the cited analysis ({name}) has only {len(pop.items)} judged images; ask for at "
                          f"most {len(pop.items)}" + (" (or sample all prompts with exclude_policy_cells=False)"
                                                      if exclude_policy_cells else ""))
-    smp = validation.sample_items(pop, n, seed=label_seed)
-    short = {h: s["n"] for h, s in smp.design["per_stratum"].items() if s["n"] < min_labels}
-    if short: warnings.warn(f"the sample gives {len(short)} value(s) fewer than min_labels={min_labels} labels "
-                            f"({', '.join(f'{h}: {k}' for h, k in list(short.items())[:6])}); their rates will stay judge-reported",
-                            LabelShortfall, stacklevel=2)
+    smp = validation.sample_items(pop, n, seed=label_seed, design=design, positive=ERASED)
+    rec = {"design": smp.design, "items": smp.items[["key", "stratum", "pi"]]}
+    w = validation.effective_labels(pop.items, rec, None, "attribute_id", ERASED)   # what each value's labels will be worth
+    floor = min(min_labels, validation.DESIGN_MIN_LABELS) if smp.design.get("design", "uniform") != "uniform" else min_labels
+    short = {g: (k, e) for g, e, k in zip(w.group, w.n_eff, w.n_labels) if e < min_labels or k < floor}
+    if short: warnings.warn(f"the sample leaves {len(short)} value(s) short of min_labels={min_labels} effective labels (or of {floor} "
+                            f"labels) ({', '.join(f'{h}: {k} labels worth {e:.1f}' for h, (k, e) in list(short.items())[:6])}); "
+                            "their rates will stay judge-reported", LabelShortfall, stacklevel=2)
     return validation.export_for_labelling(smp, Path(folder) if folder else labelling_folder(run, label_seed, exclude_policy_cells), run)
 
-def _export_labels(run, s3, n, label_seed, exclude_policy_cells, min_labels)->Path|None:
+def _export_labels(run, s3, o:"AnalysisOptions")->Path|None:
     "`run_acrb`'s labelling sample: written when asked for and not there yet (a sheet already there may hold labels: kept)."
-    if not n: return None
-    folder = labelling_folder(run, label_seed, exclude_policy_cells)
+    if not o.export_labels: return None
+    folder = labelling_folder(run, o.label_seed, o.exclude_policy_cells)
     if (folder / validation.LABELS_CSV).exists(): return folder
     if not s3.judge_cue.notna().any():
         warnings.warn("export_labels: no image was judged (every item refused or failed), so there is nothing to label")
         return None
-    return export_labelling_sample(run, s3, int(n), folder, label_seed=label_seed, exclude_policy_cells=exclude_policy_cells,
-                                   min_labels=min_labels)
+    return export_labelling_sample(run, s3, int(o.export_labels), folder, label_seed=o.label_seed,
+                                   exclude_policy_cells=o.exclude_policy_cells, min_labels=o.min_labels, design=o.label_design)
+
+# %% ../../nbs/15_acrb.pipeline.ipynb #f484c600
+PLAN_POWER = 0.8 # the power a planned half-width detects its difference with
+
+def label_population(stage3:pd.DataFrame, # Stage III rows with the judge's cue verdicts
+                     judge:str="judge", # judge column prefix
+                     *, clusters=None, # the cited analysis's prompts (None: every judged image)
+                    )->pd.DataFrame:
+    "What `validation.plan_labels` plans on: key, group (value), dimension, cluster (prompt), verdict (1 = erased), prob."
+    it = acrb_label_items(stage3, judge, clusters=None if clusters is None else list(map(str, clusters))).items
+    return pd.DataFrame({"key": it.key.to_numpy(), "group": it.attribute_id.to_numpy(), "dimension": it.attribute_type.to_numpy(),
+                         "cluster": it.cluster.astype(str).to_numpy(), "verdict": ppi.binarize(it.verdict, ERASED).astype(int),
+                         "prob": it.prob.to_numpy(float)})
+
+def planned_population(attributes=None, # dimensions (None: all of the attribute set)
+                       judged_per_value:float=17.0, # judged images per value the plan expects
+                       prompts:int=18, # base prompts the images come from
+                       *, attribute_set:str="v1", # attribute set name or path
+                       base_rate:float=0.15, # planned erasure rate (every value)
+                       judge_accuracy:float=0.9, # a verdict-only judge, right this often both ways
+                       seed:int=0, # seed of the drawn verdicts
+                      )->pd.DataFrame:
+    "A population for a plan before any model is called (plan-only): the images a run would judge, and a verdict-only judge."
+    attrs = load_attributes(attribute_set, list(attributes) if attributes else None)
+    m, g = max(int(round(judged_per_value)), 2), rng(seed, "acrb.label_plan")
+    rows = []
+    for a in attrs.values:
+        t = g.random(m) < base_rate
+        v = np.where(g.random(m) < judge_accuracy, t, ~t)
+        rows += [{"key": f"{a.id}#{i}", "group": a.id, "dimension": a.dimension, "cluster": f"BP{i % max(int(prompts), 1):03d}",
+                  "verdict": int(x), "prob": np.nan} for i, x in enumerate(v)]
+    return pd.DataFrame(rows)
+
+# %% ../../nbs/15_acrb.pipeline.ipynb #a96844a8
+def _min_budget(pop:pd.DataFrame, design:str, min_labels:int, prior_error, seed:int)->int|None:
+    "The fewest labels that give every value `min_labels` effective labels (`validation.effective_labels`; None: out of reach)."
+    sizes, G = pop.groupby("group").size(), pop.group.nunique()
+    if (sizes < min_labels).any(): return None
+    items = pop.assign(verdict=pop.verdict.astype(int))
+    def ok(n):
+        s = validation.sample_items(items, int(n), strata=["group"], seed=seed, design=design, positive=(1,), prior_error=prior_error)
+        rec = {"design": s.design, "items": s.items[["key", "stratum", "pi"]]}
+        e = validation.effective_labels(items, rec, None, "group", (1,))
+        floor = min_labels if s.design.get("design", "uniform") == "uniform" else min(min_labels, validation.DESIGN_MIN_LABELS)
+        return bool(((e.n_eff >= min_labels - 1e-9) & (e.n_labels >= floor)).all())
+    lo, hi = G * min(min_labels, validation.DESIGN_MIN_LABELS), len(pop)
+    if not ok(hi): return None
+    if ok(lo): return int(lo)
+    while hi - lo > max(1, G // 2):
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return int(hi)
+
+def label_plan(pop:pd.DataFrame, # from `label_population` or `planned_population`
+               half_width:float|None=None, # target half-width w of the corrected Δ_erasure interval, in every dimension
+               *, difference:float|None=None, # or the difference d to detect with power 0.8 (w = d·z_{1−α/2}/(z_{1−α/2} + z_{0.8}))
+               design:str="auto", # the design to plan for ("auto": the one `sample_items` chooses for this judge and budget)
+               min_labels:int=30, # effective labels every value needs to be cited: the plan gives each of them that many too
+               pilot=None, # a pilot's 0/1 labels aligned with `pop` (NaN where unlabelled): they set the judge's error model
+               prior_error:float|None=None, # a verdict-only judge's assumed error rate (None: its confidence, else 0.1)
+               alpha:float=0.05, # 1 - confidence level
+               reps:int=20, # simulated audits per budget (`validation.plan_labels`)
+               seed:int=0, # seed of the simulations
+              )->dict:
+    """Labels for a corrected Δ_erasure interval of half-width w — and `min_labels` effective labels for every value — with
+    `design` and with `uniform`, and the sentence a report prints; w detects d = w·(z_{1−α/2} + z_{0.8})/z_{1−α/2} with power 0.8."""
+    z, zp = special.ndtri(1 - alpha / 2), special.ndtri(PLAN_POWER)
+    if (half_width is None) == (difference is None): raise ValueError("label_plan: give half_width= or difference=, one of them")
+    w = float(half_width) if half_width is not None else float(difference) * z / (z + zp)
+    v, prob, grp = pop.verdict.to_numpy(float), pd.to_numeric(pop.prob, errors="coerce").to_numpy(float), pop.group.to_numpy()
+    kw = dict(reps=reps, prior_error=prior_error, labels=pilot, seed=seed)
+    P = validation.plan_labels(pop, 2 * w, design, **kw)
+    n_pilot = 0 if pilot is None else int(np.isfinite(np.asarray(pilot, float)).sum())
+    G, d = int(pop.group.nunique()), w * (z + zp) / z
+    out = {"half_width": w, "difference": float(d), "power": PLAN_POWER, "min_labels": int(min_labels), "judged": int(len(pop)),
+           "values": G, "pilot_labels": n_pilot}
+    if P.get("note", "").startswith("no dimension"):
+        return {**out, "design": design, "why": "", "labels": None, "uniform": None, "reachable": False,
+                "text": "No dimension has two values with judged images, so there is no Δ_erasure to plan for."}
+    U = P if design == "uniform" else validation.plan_labels(pop, 2 * w, "uniform", **kw)
+    both = lambda p, m: None if p["labels"] is None else (p["labels"] if m is None else max(p["labels"], m))
+    mP, mU = _min_budget(pop, design, min_labels, prior_error, seed), _min_budget(pop, "uniform", min_labels, prior_error, seed)
+    nP, nU = both(P, mP), both(U, mU)
+    chosen, why = (validation.auto_design(v, prob, grp, None if nP is None else dict.fromkeys(set(grp), nP // G))
+                   if design == "auto" else (design, "asked for"))
+    goal = (f"a corrected Δ_erasure interval of half-width {w:.3f} in every dimension (to detect a difference of {d:.2f} with power "
+            f"{PLAN_POWER:g})" + ("" if mP is None else f" and {min_labels} effective labels for every value"))
+    uni = "" if chosen == "uniform" else " (uniform: " + (f"{nU:,}" if nU else f"out of reach, half-width {U['width_at_max'] / 2:.3f} "
+                                                                                 "with all labelled") + ")"
+    if nP: text = f"For {goal} you need ≈ {nP:,} labels with design {chosen}{uni}"
+    else: text = (f"{goal[0].upper() + goal[1:]} is out of reach: labelling all {P['n_max']:,} judged images gives a half-width of "
+                  f"about {P['width_at_max'] / 2:.3f} — audit more prompts or images, or accept a wider interval")
+    if mP is None: text += (f"; no value can be cited at min_labels={min_labels} as some have fewer judged images than that "
+                            "(lower min_labels, or audit more prompts or images)")
+    if n_pilot: text += f", counting the {n_pilot} labels already imported as a pilot"
+    return {**out, "design": chosen, "why": why, "labels": nP, "uniform": nU, "labels_for_width": P["labels"],
+            "labels_for_min": mP, "reachable": nP is not None, "text": text + "."}
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #b8e267ba
 @dataclasses.dataclass(frozen=True)
@@ -281,7 +408,8 @@ class AnalysisOptions(Options):
     labels:str|os.PathLike|None=None # a labels folder / labels.csv filled by hand (`export_labelling_sample`): E(a), Δ corrected
     export_labels:int|None=None # draw a labelling sample of this many judged images of the cited analysis (kept if there)
     label_seed:int=0 # the labelling sample's own seed (not the run's); also picks among a run's samples
-    min_labels:int=30 # labels a value needs before its corrected erasure rate may be cited
+    min_labels:int=30 # effective labels a value needs before its corrected erasure rate may be cited (uniform sample: labels)
+    label_design:str="auto" # the labelling sample's design (`validation.DESIGNS`); "auto" picks it for the judge at hand
 
     def __post_init__(self):
         isint = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)
@@ -289,6 +417,8 @@ class AnalysisOptions(Options):
             v = getattr(self, n)
             if (v is not None or n != "export_labels") and not (isint(v) and v >= lo):
                 raise ValueError(f"{n} must be an integer ≥ {lo}{' or None' if n == 'export_labels' else ''}, got {v!r}")
+        if self.label_design not in validation.DESIGNS:
+            raise ValueError(f"label_design={self.label_design!r}; use one of {list(validation.DESIGNS)} (auto: chosen for the judge)")
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #aa920143
 @dataclasses.dataclass
@@ -307,18 +437,26 @@ class AcrbResult:
 
 def _correction_summary(C:JudgeCorrection, primary:str, label_seed:int)->dict:
     "The `judge_correction` block of acrb_summary.json: per value and per dimension, judge-only beside corrected."
-    lt = C.labels_table()
-    need = dict(zip(lt.value, lt.more_needed))
+    lt = C.labels_table().set_index("value")
     erasure = {r.group: {"judge_only": r.judge_only, "judge_only_ci": [r.judge_only_lo, r.judge_only_hi],
                          "corrected": r.corrected, "corrected_ci": [r.corrected_lo, r.corrected_hi],
-                         "n_labels": r.n_labels, "labels_needed": need[r.group], "cite": r.cite}
-               for r in C.rates.itertuples()}
+                         "n_labels": r.n_labels, "labels_effective": lt.effective[r.group], "labels_needed": lt.more_needed[r.group],
+                         "cite": r.cite} for r in C.rates.itertuples()}
     delta = {r.dimension: {"judge_only": r.judge_only, "judge_only_ci": [r.judge_only_lo, r.judge_only_hi],
                            "corrected": r.corrected, "corrected_ci": [r.corrected_lo, r.corrected_hi], "cite": r.cite}
              for r in C.deltas.itertuples()}
-    return {"status": C.note, "n_labels": C.n_labels, "analysis": primary, "min_labels": C.min_labels,
-            "label_seed": label_seed, "sample_id": (C.sample or {}).get("sample_id"), "erasure": erasure,
-            "delta_erasure": delta}
+    s = C.sample or {}
+    out = {"status": C.note, "n_labels": C.n_labels, "analysis": primary, "min_labels": C.min_labels, "label_seed": label_seed,
+           "sample_id": s.get("sample_id"), "design": s.get("design"), "design_requested": s.get("requested"),
+           "design_why": s.get("why"), "erasure": erasure, "delta_erasure": delta}
+    if C.labellers is not None:
+        out["labeller_agreement"] = C.labellers.to_dict("records")
+    if C.sensitivity is not None:
+        S = C.sensitivity
+        out["label_noise"] = {"disagreement": S["disagreement"], "epsilon": S["epsilon"], "factor": S["factor"],
+                              "delta_erasure_if_noise": {r.dimension: [r.corrected_lo_if_noise, r.corrected_hi_if_noise]
+                                                         for r in S["deltas"].itertuples()}}
+    return out
 
 def _summary(run, s3, *, judges, detector, analysis)->tuple:
     "(long table, analyses, judge correction, summary) of a finished Stage III, with acrb_summary.json written."
@@ -481,7 +619,7 @@ def run_acrb(model:str|AdapterRef="sim", # image generator (t2i) or editor (i2i)
     run.write_manifest("finished")  # stamps this session's end (a killed session stays "running")
     _write_stage3(s3, run.dir / "stage3_evaluation.parquet")
     if gen_ref.name == "sim": sim_truth(s3, _sim_judge_config(judge_refs[0])).to_parquet(run.dir / SIM_TRUTH, index=False)
-    labelling = _export_labels(run, s3, opts.export_labels, opts.label_seed, opts.exclude_policy_cells, opts.min_labels)
+    labelling = _export_labels(run, s3, opts)
     long, A, C, summary = _summary(run, s3, judges=judges, detector=det, analysis=opts)
     run.write_manifest("finished")  # again, with the analysis's files and this session's end after them
     return AcrbResult(run=run, stage1=s1, stage3=s3, long=long, summary=summary, judges=judges, analyses=A,

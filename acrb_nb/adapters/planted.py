@@ -15,8 +15,8 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['BLANK_KINDS', 'sim_data_path', 'SimConfigError', 'phrases_regex', 'check_number', 'PlantedAttribute', 'PlantedDomain',
-           'PlantedACRB', 'load_planted_acrb', 'PlantedIAT', 'load_planted_iat', 'planted_trial_probs',
-           'planted_effects', 'compare_planted']
+           'PlantedACRB', 'calibrated_judge_prob', 'load_planted_acrb', 'PlantedIAT', 'load_planted_iat',
+           'planted_trial_probs', 'planted_effects', 'compare_planted']
 
 # %% ../../nbs/05g_adapters.planted.ipynb #1c23a41b
 def sim_data_path(name:str, # file name inside data/sim/, e.g. "planted_acrb.yaml"
@@ -140,9 +140,11 @@ class PlantedACRB:
                  source:str, # where it was read from
                  item_correlation:float=1.0, # weight ρ of the item's own draw (1: draws depend on the item alone)
                  seconds:float=0.0, # wall time each simulated image takes (image.seconds: rehearse a long run's progress, kills, resumes)
+                 judge_probability:Mapping|None=None, # the sim judge's calibrated probability {sharpness, calibration}; None: off
                 ):
         self.name, self.size, self.sha256, self.source = name, size, sha, source
         self.item_correlation, self.seconds = float(item_correlation), float(seconds)
+        self.judge_probability = None if judge_probability is None else MappingProxyType(dict(judge_probability))
         self.attributes = MappingProxyType(dict(attributes))  # id -> PlantedAttribute, "neutral" first
         self.domains = MappingProxyType(dict(domains))  # id -> PlantedDomain
         self.blank_kinds = MappingProxyType(dict(blank_kinds))
@@ -242,7 +244,7 @@ def expected_rates(self:PlantedACRB, domain:str|None=None, # domain id or alias;
 def _acrb_base(raw:Mapping, where:str)->dict:
     "Check the top-level keys and version of a planted ACRB config; its default rates."
     _check_keys(raw, {"version", "name", "description", "defaults", "neutral", "attributes", "domains", "blank_kinds",
-                      "image", "judge_error", "item_correlation"}, where)
+                      "image", "judge_error", "judge_probability", "item_correlation"}, where)
     if raw.get("version", 1) != 1: raise SimConfigError(f"{where}: version {raw.get('version')!r} is not supported (expected 1)")
     defaults = dict(raw.get("defaults") or {})
     _check_keys(defaults, _P_FIELDS, f"{where}: defaults")
@@ -333,6 +335,29 @@ def _acrb_attributes(raw:Mapping, where:str, base:dict, domains:Mapping, seen_al
         attrs[aid] = dataclasses.replace(a, substitute_with=tuple(chosen))
     return attrs
 
+# %% ../../nbs/05g_adapters.planted.ipynb #0b8ec6ab
+def _judge_probability(spec, where:str)->dict|None:
+    "A validated `judge_probability` block: {sharpness ∈ (0, 1), calibration > 0}, or None."
+    if spec is None: return None
+    if not isinstance(spec, Mapping): raise SimConfigError(f"{where} must map sharpness / calibration to numbers, got {spec!r}")
+    _check_keys(spec, {"sharpness", "calibration"}, where)
+    s = check_number(spec.get("sharpness", 0.7), f"{where}.sharpness", 0, 1, "a sharpness in (0, 1)")
+    if not 0 < s < 1: raise SimConfigError(f"{where}.sharpness={s}: use a number strictly between 0 (knows nothing) and 1 (knows all)")
+    return {"sharpness": float(s), "calibration": float(check_number(spec.get("calibration", 1.0), f"{where}.calibration", 0.01, 100,
+                                                                     "a logit scale (1 = calibrated)"))}
+
+def calibrated_judge_prob(rate, # planted rate θ of each item's group
+                          truth, # each item's truth Y (1 = the outcome, e.g. erased)
+                          sharpness:float, # s ∈ (0, 1): concentration κ = 1/s − 1 of the Beta prior
+                          calibration:float=1.0, # logit scale c of the reported probability (1 = calibrated)
+                          g:np.random.Generator|None=None, # draws (one Beta per item)
+                         )->np.ndarray:
+    "The judge's reported probability of the outcome: q ~ Beta(θκ + Y, (1 − θ)κ + 1 − Y), p = σ(c·logit q), to 0.01."
+    th, y = np.broadcast_arrays(np.asarray(rate, float), np.asarray(truth, float))
+    k = 1.0 / sharpness - 1.0
+    q = np.clip(g.beta(np.maximum(th * k, 1e-9) + y, np.maximum((1 - th) * k, 1e-9) + 1 - y), 1e-6, 1 - 1e-6)
+    return np.round(1.0 / (1.0 + np.exp(-calibration * np.log(q / (1 - q)))), 2)
+
 # %% ../../nbs/05g_adapters.planted.ipynb #2c64535e
 def _judge_error(spec, where:str, base:Mapping)->MappingProxyType:
     "Planted judge error {miss, false_cue}: `base` with the probabilities `spec` sets."
@@ -361,7 +386,8 @@ def _build_acrb(src)->PlantedACRB:
     size = int(check_number(img.get("size", 64), f"{where}: image.size", 32, 1024, "an image side in pixels"))
     secs = check_number(img.get("seconds", 0.0), f"{where}: image.seconds", 0, 60, "seconds per image")
     rho = check_number(raw.get("item_correlation", 1.0), f"{where}: item_correlation", 0, 1, "a correlation in [0, 1]")
-    cfg = PlantedACRB(str(raw.get("name") or Path(where).stem), attrs, domains, bk, size, sha256_hex(raw), where, rho, secs)
+    cfg = PlantedACRB(str(raw.get("name") or Path(where).stem), attrs, domains, bk, size, sha256_hex(raw), where, rho, secs,
+                      _judge_probability(raw.get("judge_probability"), f"{where}: judge_probability"))
     for aid in cfg.attributes:  # every attribute x domain must stay a probability distribution
         for d in (None, *cfg.domains):
             r = cfg.rates(aid, d)

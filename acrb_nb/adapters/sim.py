@@ -10,7 +10,7 @@ import numpy as np
 from fastcore.basics import patch
 from scipy import special
 from ..core import canonical_json, sha256_hex, rng
-from .planted import (BLANK_KINDS, PlantedACRB, load_planted_acrb, load_planted_iat, check_number,
+from .planted import (BLANK_KINDS, PlantedACRB, load_planted_acrb, load_planted_iat, check_number, calibrated_judge_prob,
                                       phrases_regex, sim_data_path)
 from .base import (GenerationOutcome, ImageGenerator, ImageEditor, VisionJudge, TextLM, ImageTextEncoder,
                                    IMAGE_GENERATORS, IMAGE_EDITORS, VISION_JUDGES, TEXT_LMS, IMAGE_TEXT_ENCODERS,
@@ -440,6 +440,13 @@ def _cue(self:SimVisionJudge, instruction, imgs, payloads, schema, u, g=None):
     flipped = u < self.flip_prob
     if flipped: verdict, subst = {"present": "absent", "absent": "present", "substituted": "present"}[verdict], None
     je, err = (self.config.attributes[target].judge_error if target in self.config.attributes else {}), None
+    jp = self.config.judge_probability
+    if jp and g is not None and p is not None and p.get("k") == "scene" and target in self.config.attributes and target != "neutral":
+        erased = verdict != "present"   # a calibrated probability (config `judge_probability`): its own draw, its own errors
+        pe = float(calibrated_judge_prob(self.config.attributes[target].rates["p_erase"], float(erased), jp["sharpness"],
+                                         jp["calibration"], g))
+        if (pe > 0.5) != erased: verdict, subst, err = ("absent", None, "miss") if pe > 0.5 else ("present", None, "false_cue")
+        conf, je = max(pe, 1 - pe), {}
     if g is not None and (je.get("miss") or je.get("false_cue")):   # planted judge error (config `judge_error`): one more draw
         v = g.random()
         if verdict == "present" and v < je["miss"]: verdict, err = "absent", "miss"
@@ -672,6 +679,10 @@ def _sim_judge(**kw): return SimVisionJudge(**kw)
 @VISION_JUDGES.register("sim-differential", model_id="data/sim/planted_acrb_judge_error.yaml",
                         notes="the sim judge with planted attribute-dependent cue misses (Nigerian 20%, Kenyan 10%, others 5%)", **_REG)
 def _sim_differential_judge(**kw): return SimVisionJudge(**{"config": sim_data_path("planted_acrb_judge_error.yaml"), **kw})
+
+@VISION_JUDGES.register("sim-calibrated", model_id="data/sim/planted_acrb_judge_calibrated.yaml",
+                        notes="the sim judge stating a calibrated, sharp probability with each cue verdict (sharpness 0.7)", **_REG)
+def _sim_calibrated_judge(**kw): return SimVisionJudge(**{"config": sim_data_path("planted_acrb_judge_calibrated.yaml"), **kw})
 
 @TEXT_LMS.register("sim", model_id="sim-text", notes="word-keeping rephrasing; planted toxicity label log-probs", **_REG)
 def _sim_text_lm(**kw): return SimTextLM(**kw)

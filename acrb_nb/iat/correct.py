@@ -12,9 +12,9 @@ import pandas as pd
 from scipy import special
 from ..store import ItemStore, Run
 from ..stats.resample import check_columns
-from ..labels import export_for_labelling, import_labels, labels_frame
+from ..labels import export_for_labelling, import_labels, labels_frame, sample_design
 from ..stats.ppi import UNCORRECTED, corrected_rates
-from ..validation import LabelPopulation, label_items, sample_items
+from ..validation import LabelPopulation, label_items, sample_items, judge_probability, design_correction
 from .scoring import position_rates
 
 # %% auto #0
@@ -41,11 +41,16 @@ def iat_label_items(results:pd.DataFrame, # from `iat.trial_results` (or `iat.sc
 # %% ../../nbs/45_iat.correct.ipynb #11bd6a8f
 def choice_population(scored:pd.DataFrame, # from `iat.scoring.score_trials`
                      )->pd.DataFrame:
-    "Trials read as a valid choice: key, pair, target attribute, condition, congruent position and the verdict (1 = congruent)."
+    """Trials read as a valid choice: key, pair, target attribute, condition, congruent position, the verdict (1 = congruent)
+    and the probability of a congruent choice the reading states (its confidence; NaN without one)."""
     check_columns(scored, ["key", "pair_id", "target_attr", "condition", "cc_pos", "cc", "outcome"], "choice_population")
     ok = scored[scored.outcome == "ok"]
+    conf = ok["confidence"] if "confidence" in ok else pd.Series(np.nan, index=ok.index)
+    prob = [judge_probability(ch, (pos,), cf) for ch, pos, cf in zip(ok.choice if "choice" in ok else ok.cc_pos.where(ok.cc == 1, "x"),
+                                                                     ok.cc_pos, conf)]   # P(congruent) the reading states
     return pd.DataFrame({"key": ok.key.to_numpy(), "pair_id": ok.pair_id.to_numpy(), "target_attr": ok.target_attr.to_numpy(),
-                         "condition": ok.condition.to_numpy(), "cc_pos": ok.cc_pos.to_numpy(), "judge": ok.cc.to_numpy(float)})
+                         "condition": ok.condition.to_numpy(), "cc_pos": ok.cc_pos.to_numpy(), "judge": ok.cc.to_numpy(float),
+                         "prob": np.asarray(prob, float)})
 
 # %% ../../nbs/45_iat.correct.ipynb #61432b79
 def export_choice_sample(scored:pd.DataFrame, # from `score_trials` (the run's trials)
@@ -53,15 +58,20 @@ def export_choice_sample(scored:pd.DataFrame, # from `score_trials` (the run's t
                          folder, # destination folder of labels.csv, images/ and sample.json
                          n:int=300, # labels wanted in total
                          *, seed:int=0, # sampling seed
+                         design:str="auto", # labelling design (`validation.DESIGNS`); "auto" picks it for the reading at hand
                          show_verdict:bool=False, # show the judge's reading to the labeller (off: blind labelling)
                          overwrite:bool=False, # replace an existing labels.csv
                         )->Path:
-    "Write a stratified random sample of valid-choice trials (equal per pair × congruent position) for hand labelling."
+    "Write a sample of valid-choice trials (equal per pair × congruent position, `design` inside) for hand labelling."
     check_columns(scored, ["key", "pair_id", "cc_pos", "outcome"], "export_choice_sample")
     ok = scored[scored.outcome == "ok"]
     items = iat_label_items(ok).items
-    items = items.merge(ok[["key", "pair_id", "cc_pos"]], on="key", how="left", validate="one_to_one")
-    sample = sample_items(items, n, strata=["pair_id", "cc_pos"], allocation="equal", seed=seed)
+    shown = dict(zip(items.key, items.verdict))                            # what a labeller may be shown: A, B or none
+    pop = choice_population(ok)[["key", "pair_id", "cc_pos", "judge", "prob"]]
+    items = items.drop(columns=["prob"]).merge(pop, on="key", how="left", validate="one_to_one")
+    items = items.assign(verdict=items.judge.astype(int)).drop(columns="judge")   # the designs sample on the congruent reading
+    sample = sample_items(items, n, strata=["pair_id", "cc_pos"], allocation="equal", seed=seed, design=design)
+    sample.items["verdict"] = sample.items.key.map(shown)
     return export_for_labelling(sample, folder, run, labels=CHOICE_LABELS, task=CHOICE_TASK, show_verdict=show_verdict,
                                 seed=seed, overwrite=overwrite)
 
@@ -71,10 +81,10 @@ def import_choice_labels(source, # the export folder (or its labels.csv), filled
                          *, overwrite:bool=False, # replace stored labels that the CSV changes
                          labeller:str|None=None, # who labelled (recorded)
                         )->tuple:
-    "(labels, summary): store the CSV's labels in the run (resumable) and return every imported label of its sample."
+    "(labels, summary): store the CSV's labels in the run (resumable); every imported label of its sample, and its design."
     src = Path(source)
     summary = import_labels(src, run, overwrite=overwrite, labeller=labeller)
-    return labels_frame(run, summary["sample_id"]), summary
+    return labels_frame(run, summary["sample_id"]), {**summary, "design": sample_design(run, summary["sample_id"])}
 
 # %% ../../nbs/45_iat.correct.ipynb #87910a5d
 def _human_verdicts(pop:pd.DataFrame, # from `choice_population`
@@ -115,13 +125,21 @@ def choice_rates(scored:pd.DataFrame, # from `score_trials`
                  *, alpha:float=0.05, # 1 - confidence level
                  min_labels:int=30, # fewer labels behind a rate: its judge-reported value is cited, flagged
                  lam:float|None=None, # PPI power tuning (None = PPI++)
+                 sample:dict|None=None, # the labels' sample record (`import_choice_labels`' summary["design"]): its weights
                 )->pd.DataFrame:
     "Per attribute pair: cc_rate, r_A, r_B and cc_adj, judge-reported and corrected side by side, with which to cite."
     pop = choice_population(scored)
     pop["human"] = _human_verdicts(pop, labels)
-    kw = dict(y="human", yhat="judge", alpha=alpha, min_labels=min_labels, lam=lam)
-    by_pair = corrected_rates(pop.assign(group=pop.pair_id), "group", strata=["cc_pos", "condition"], **kw)
-    by_pos = corrected_rates(pop.assign(group=pop.pair_id + "|" + pop.cc_pos), "group", strata=["condition"], **kw)
+    if sample is not None and sample["design"].get("design", "uniform") != "uniform":   # the recorded design's weights (issue 51)
+        lab = pd.DataFrame({"key": pop.key[pop.human.notna()], "label": pop.human[pop.human.notna()].astype(int).astype(str)})
+        d = pop.drop(columns="human").assign(verdict=pop.judge.astype(int))
+        kw = dict(positive=(1,), alpha=alpha, min_labels=min_labels)
+        by_pair = design_correction(d.assign(group=d.pair_id), sample, lab, "group", **kw)
+        by_pos = design_correction(d.assign(group=d.pair_id + "|" + d.cc_pos), sample, lab, "group", **kw)
+    else:
+        kw = dict(y="human", yhat="judge", alpha=alpha, min_labels=min_labels, lam=lam)
+        by_pair = corrected_rates(pop.assign(group=pop.pair_id), "group", strata=["cc_pos", "condition"], **kw)
+        by_pos = corrected_rates(pop.assign(group=pop.pair_id + "|" + pop.cc_pos), "group", strata=["condition"], **kw)
     pos = by_pos.set_index("group")
     rows = []
     for pid in dict.fromkeys(pop.pair_id):

@@ -14,15 +14,18 @@ from .rates import binom_ci, delta_interval
 from .resample import as_generator, check_columns, numeric_outcome
 
 # %% auto #0
-__all__ = ['KAPPA_INTERVAL', 'UNCORRECTED', 'CORRECTED', 'RATE_COLUMNS', 'binarize', 'agreement', 'ppi_lambda', 'ppi_rate',
-           'rogan_gladen', 'stratum_ids', 'corrected_rates', 'correction_note', 'corrected_differences',
-           'corrected_delta']
+__all__ = ['KAPPA_INTERVAL', 'UNCORRECTED', 'CORRECTED', 'RATE_COLUMNS', 'DESIGN_NOTE', 'binarize', 'agreement', 'ppi_lambda',
+           'ppi_rate', 'rogan_gladen', 'stratum_ids', 'corrected_rates', 'correction_note', 'corrected_differences',
+           'corrected_delta', 'ht_ppi_rate', 'design_rates']
 
 # %% ../../nbs/04f_stats.ppi.ipynb #5b26d1ec
 def binarize(values, # labels or verdicts (strings, numbers, None)
              positive:Sequence, # values that count as 1 (e.g. ERASED, ("toxic",), (1,))
             )->np.ndarray:
     "1.0 where a value is in `positive`, 0.0 where it is another value, NaN where it is missing or empty."
+    a = np.asarray(values.to_numpy() if isinstance(values, pd.Series) else values)
+    if a.dtype.kind in "iu" and all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in positive):
+        return np.isin(a, list(positive)).astype(float)   # integer verdicts (1/0): the same answer as the text comparison, faster
     v = pd.Series(list(values) if not isinstance(values, pd.Series) else values.to_numpy(), dtype=object)
     miss = v.isna() | v.astype(str).str.strip().eq("")
     pos = {str(p).lower() for p in positive}
@@ -298,7 +301,10 @@ def corrected_delta(rates:pd.DataFrame, # from `corrected_rates`
     for name, g in sets:
         J = delta_interval(g.judge_only, _implied_se(g.judge_only_lo, g.judge_only_hi, alpha), alpha, method, kappa, n_draws, rb)
         ok = (g.cite == "corrected").all()
-        C = delta_interval(g.corrected, g.corrected_se, alpha, method, kappa, n_draws, rb) if ok else \
+        V = (np.array([[c.get(h, 0.0) for h in g.group] for c in g.corrected_cov]) if ok and "corrected_cov" in g
+             and g.corrected_cov.notna().all() else None)   # `design_rates`' covariances (prompts shared between values)
+        C = (delta_interval(g.corrected, g.corrected_se, alpha, method, kappa, n_draws, rb) if V is None else
+             delta_interval(g.corrected, None, alpha, method, kappa, n_draws, rb, cov=V)) if ok else \
             dict.fromkeys(("delta", "delta_bc", "lo", "hi", "p_null"), np.nan) | {"method": J["method"]}
         rows.append({"dimension": name, "n_groups": len(g),
                      "judge_only": J["delta"], "judge_only_bc": J["delta_bc"], "judge_only_lo": J["lo"], "judge_only_hi": J["hi"],
@@ -312,3 +318,156 @@ def corrected_delta(rates:pd.DataFrame, # from `corrected_rates`
                      "method": C["method"], "cite": "corrected" if ok else "judge_only",
                      "status": "corrected" if ok else "judge-reported, uncorrected (a group lacks enough labels)"})
     return pd.DataFrame(rows)
+
+# %% ../../nbs/04f_stats.ppi.ipynb #550bc8f4
+DESIGN_NOTE = ("corrected = Horvitz–Thompson PPI++ under the sample's design (inclusion probabilities π from the run's store; "
+               "the judge's probability as the prediction where it gives one), covariance of the values clustered by prompt, "
+               "t quantiles")
+
+def _ht_parts(y, f, pi, stratum, poisson:bool)->tuple:
+    "Per-item A_i, B_i with z_i(λ) = A_i + λ·B_i whose mean is the HT-form PPI estimate of one group."
+    lab = ~np.isnan(y)
+    w = np.where(lab, 1.0 / np.where(lab, pi, 1.0), 0.0)                  # ξ_i / π_i
+    yl = np.where(lab, y, 0.0)
+    if poisson: return w * yl, f - w * f
+    A, B = np.empty(len(y)), np.empty(len(y))
+    for h in np.unique(stratum):
+        m = stratum == h
+        ml = m & lab
+        my, mf = (float(yl[ml].mean()), float(f[ml].mean())) if ml.any() else (0.0, 0.0)
+        A[m] = my + w[m] * (yl[m] - my)
+        B[m] = f[m] - mf - w[m] * (f[m] - mf)
+    return A, B
+
+def _cluster_sums(x, cluster)->np.ndarray:
+    "Sums of `x` per cluster (one cluster per item when `cluster` is None)."
+    if cluster is None: return np.asarray(x, float)
+    _, inv = np.unique(_codes(cluster), return_inverse=True)
+    return np.bincount(inv, weights=x)
+
+def _codes(labels)->np.ndarray:
+    "Integer labels as they are; any other labels as integer codes of their text."
+    a = np.asarray(labels)
+    return a if a.dtype.kind in "iu" else pd.factorize(np.asarray(a, object).astype(str))[0]
+
+def ht_ppi_rate(y, # human labels (0/1) of the group's items, NaN where not labelled
+                f, # the judge's prediction for every item: its probability of the outcome, or its 0/1 verdict
+                pi, # each item's inclusion probability (only the labelled items' are used)
+                *, stratum=None, # design stratum of each item (fixed-size strata); None: one stratum
+                poisson:bool=False, # Poisson sampling (independent draws with probability π): no stratum centring
+                cluster=None, # cluster of each item (e.g. base prompt): the variance sums within clusters
+                lam:float|None=1.0, # power tuning: 1 = plain PPI (default), None = estimated (PPI++), 0 = labels only
+                alpha:float=0.05, # 1 - confidence level
+                small_sample:bool=True, # t quantile with n − 1 df
+               )->dict:
+    "Horvitz–Thompson PPI++ estimate of a group's rate under any design with known π, its cluster-robust SE and interval."
+    y, f, pi = (np.asarray(a, float).reshape(-1) for a in (y, f, pi))
+    N, lab = len(y), ~np.isnan(y)
+    n = int(lab.sum())
+    if len(f) != N or len(pi) != N:
+        raise ValueError(f"ht_ppi_rate: {N} labels but {len(f)} predictions and {len(pi)} π; one each per item")
+    if n < 2: raise ValueError(f"ht_ppi_rate: needs ≥ 2 labelled items, got {n}")
+    if np.isnan(f).any(): raise ValueError("ht_ppi_rate: NaN in the predictions; every item of the population needs one")
+    if not ((pi[lab] > 0) & (pi[lab] <= 1)).all(): raise ValueError("ht_ppi_rate: a labelled item has π outside (0, 1]")
+    h = np.zeros(N, int) if stratum is None else _codes(stratum)
+    A, B = _ht_parts(y, f, pi, h, poisson)
+    a, b = _cluster_sums(A, cluster), _cluster_sums(B, cluster)
+    C = len(a)
+    vb = float(np.var(b))
+    lam_hat = float(np.clip(-np.mean((a - a.mean()) * (b - b.mean())) / vb, 0.0, 1.0)) if vb > 0 else 0.0
+    l = lam_hat if lam is None else float(lam)
+    z = A + l * B
+    est = float(z.mean())
+    e = _cluster_sums(z - est, cluster) / N
+    se = math.sqrt(C / (C - 1) * float(np.sum(e * e))) if C > 1 else np.nan
+    q = sps.t.ppf(1 - alpha / 2, n - 1) if small_sample else special.ndtri(1 - alpha / 2)
+    return {"estimate": est, "lo": max(0.0, est - q * se), "hi": min(1.0, est + q * se), "se": se, "lam": lam_hat,
+            "n": n, "N": N, "q": float(q), "z": z}
+
+# %% ../../nbs/04f_stats.ppi.ipynb #3dbb28d7
+def _rate_cov(zs:dict, clusters:dict, Ns:dict, scale:dict)->dict:
+    """Cluster-robust covariances of group rates from per-item contributions, {group: {group: cov}} over the groups that
+    share a cluster (the others are 0): C/(C − 1)·Σ_c e_gc·e_hc, C the clusters of their connected set of groups; each
+    row and column times its `scale` (the t quantile's widening)."""
+    from scipy import sparse
+    from scipy.sparse.csgraph import connected_components
+    names = list(zs)
+    codes, cl = pd.factorize(_codes(np.concatenate([np.asarray(clusters[g]) for g in names])))
+    rows = np.repeat(np.arange(len(names)), [len(zs[g]) for g in names])
+    vals = np.concatenate([(zs[g] - zs[g].mean()) / Ns[g] for g in names])
+    E = sparse.csr_matrix((vals, (rows, codes)), shape=(len(names), len(cl)))          # e_gc (duplicates summed)
+    A = sparse.csr_matrix((np.ones(len(rows)), (rows, codes)), shape=E.shape)
+    _, comp = connected_components((A @ A.T) > 0, directed=False)
+    cc = np.empty(len(cl), int)
+    cc[codes] = comp[rows]                                                              # each cluster's set of groups
+    n_cl = np.bincount(cc, minlength=comp.max() + 1)
+    V = (E @ E.T).tocoo()
+    s = np.array([scale[g] for g in names])
+    f = np.array([C / max(C - 1, 1) for C in n_cl])[comp]
+    out = {g: {} for g in names}
+    for i, j, x in zip(V.row, V.col, V.data): out[names[i]][names[j]] = float(x * f[i] * s[i] * s[j])
+    return out
+
+# %% ../../nbs/04f_stats.ppi.ipynb #c0e41794
+def design_rates(df:pd.DataFrame, # population frame: one row per item with a judge verdict, π and the design stratum
+                 group:str, # group column (e.g. attribute_id)
+                 *, y:str="human", # 0/1 human label (NaN = unlabelled)
+                 yhat:str="judge", # 0/1 judge verdict (NaN = no verdict: not in the population)
+                 prob:str|None=None, # the judge's probability of the outcome (the prediction where given; NaN: the verdict)
+                 pi:str="pi", # each item's inclusion probability (the design's, from the run's store)
+                 stratum:str="stratum", # design stratum of each item
+                 poisson:bool=False, # Poisson sampling (the active design)
+                 cluster:str|None=None, # cluster column (base prompt): variances and covariances sum within clusters
+                 dimension:str|None=None, # column grouping groups into dimensions (for Δ)
+                 alpha:float=0.05, # 1 - confidence level
+                 lam:float|None=1.0, # power tuning (1 = plain PPI; None = PPI++, estimated)
+                 min_labels:int=10, # fewer labels in a group: judge-only rate cited
+                )->pd.DataFrame:
+    "Judge-only and design-based (HT PPI++) corrected rate per group; `corrected_cov` holds their covariances for Δ."
+    fn = "design_rates"
+    check_columns(df, [group, y, yhat, prob, pi, stratum, cluster, dimension], fn)
+    Y, F = numeric_outcome(df[y], y, fn, binary=True), numeric_outcome(df[yhat], yhat, fn, binary=True)
+    P = F if prob is None else np.where(np.isnan(df[prob].to_numpy(float)), F, df[prob].to_numpy(float))
+    d = df.loc[~np.isnan(F)].assign(_y=Y[~np.isnan(F)], _f=F[~np.isnan(F)], _p=P[~np.isnan(F)])
+    if d.empty: raise ValueError(f"{fn}: no item has a judge verdict in '{yhat}'; nothing to rate")
+    keys = [dimension, group] if dimension else [group]
+    gb = d.groupby(keys, sort=True)
+    gid, names = gb.ngroup().to_numpy(), gb.size().index   # each item's group (in sorted order), the groups
+    order = np.argsort(gid, kind="stable")
+    blocks = np.split(order, np.flatnonzero(np.diff(gid[order])) + 1)
+    Yd, Fd, Pd, PI = d._y.to_numpy(), d._f.to_numpy(), d._p.to_numpy(), d[pi].to_numpy(float)
+    ST = _codes(d[stratum].to_numpy())
+    CL = _codes(d[cluster].to_numpy()) if cluster else np.arange(len(d))    # no cluster: every item its own
+    Ng = np.array([len(ix) for ix in blocks])
+    kg = np.array([int(Fd[ix].sum()) for ix in blocks])
+    jlo, jhi = binom_ci(kg, Ng, alpha)
+    rows, zs, cls, Ns, qs = [], {}, {}, {}, {}
+    for i, (kv, ix) in enumerate(zip(names, blocks)):
+        kv = kv if isinstance(kv, tuple) else (kv,)
+        dim, g = (kv if dimension else (None, kv[0]))
+        yy, f = Yd[ix], Fd[ix]
+        N, n, k = len(f), int((~np.isnan(yy)).sum()), int(kg[i])
+        row = dict.fromkeys(RATE_COLUMNS, np.nan)
+        row.update(dimension=dim, group=g, n_items=N, n_labels=n, judge_only=k / N, judge_only_lo=float(jlo[i]),
+                   judge_only_hi=float(jhi[i]), cite="judge_only")
+        if n == 0: row["status"] = UNCORRECTED
+        elif n < min_labels: row["status"] = f"judge-reported, uncorrected (only {n} labels; min_labels = {min_labels})"
+        else:
+            cl = CL[ix] if cluster else None
+            r = ht_ppi_rate(yy, Pd[ix], PI[ix], stratum=ST[ix], poisson=poisson, cluster=cl, lam=lam, alpha=alpha)
+            if not r["se"] > 0:   # every labelled residual alike: no variance to estimate, no interval to cite
+                rows.append({**row, "status": f"judge-reported, uncorrected ({n} labels, every residual alike: the design-based "
+                                              "variance is 0; label more)"})
+                continue
+            row.update(corrected=r["estimate"], corrected_lo=r["lo"], corrected_hi=r["hi"], corrected_se=r["se"], lam=r["lam"],
+                       cite="corrected", status=f"corrected ({n} labels)")
+            t, fl = yy[~np.isnan(yy)], f[~np.isnan(yy)]
+            wl = 1 / PI[ix][~np.isnan(yy)]
+            row.update(sens=_wmean(fl[t == 1], wl[t == 1]), spec=_wmean(1 - fl[t == 0], wl[t == 0]))
+            zs[g], cls[g], Ns[g], qs[g] = r["z"], CL[ix], N, r["q"]
+        rows.append(row)
+    out = pd.DataFrame(rows, columns=RATE_COLUMNS)
+    z = special.ndtri(1 - alpha / 2)            # the t quantiles' small-sample widening carried into Δ
+    V = _rate_cov(zs, cls, Ns, {g: q / z for g, q in qs.items()}) if zs else {}
+    out["corrected_cov"] = [V.get(g) for g in out.group]   # covariances with the groups it shares prompts with
+    return out if dimension else out.drop(columns="dimension")
