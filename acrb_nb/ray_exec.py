@@ -40,7 +40,7 @@ def ray_init(address:str|None=None, # None: start a local Ray; "HOST:PORT": the 
              *, num_cpus:int|None=None, # CPUs of a local Ray (None: all cores); a cluster's are set by `ray start`
              num_gpus:int|None=None, # GPUs of a local Ray (None: detected)
              env_vars:Mapping|None=None, # extra worker environment (local workers inherit ours; joining forwards `_FORWARD_ENV`)
-             quiet:bool=True, # no worker logs (log_to_driver=False) and no INFO lines ("Connecting to existing Ray cluster …")
+             quiet:bool=True, # no worker logs (log_to_driver=False), and Ray's own log lines below ERROR kept out of the output
              head_timeout:float=30, # seconds a cluster's head may not answer before joining fails with `RayHeadLost`
              **kwargs, # more `ray.init` arguments (runtime_env, namespace, object_store_memory, ...)
             )->dict:
@@ -64,7 +64,7 @@ def ray_init(address:str|None=None, # None: start a local Ray; "HOST:PORT": the 
     env.update(env_vars or {})
     rt = dict(kwargs.pop("runtime_env", None) or {})
     if env: rt["env_vars"] = {**env, **dict(rt.get("env_vars") or {})}
-    kw = dict(log_to_driver=not quiet, runtime_env=rt or None, **({"logging_level": logging.WARNING} if quiet else {}), **kwargs)
+    kw = dict(log_to_driver=not quiet, runtime_env=rt or None, **({"logging_level": logging.ERROR} if quiet else {}), **kwargs)
     if address is None: kw.update(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=kwargs.get("include_dashboard", False))
     ray.init(address=address, **kw)
     return ray.cluster_resources()
