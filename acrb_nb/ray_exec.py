@@ -372,9 +372,8 @@ def _first_ready(ray, refs:list, # `info()` calls of the new workers
 
 @patch
 def start(self:RayWorkerPool, timeout:float=600, # seconds to wait for every worker to be placed and load its model
-          progress:bool|None=None, # show the workers getting ready (`Progress`; None: on unless ACRB_PROGRESS=0)
-         )->list:
-    "Start the workers (once: kept ones first, see `warm_workers`) and wait until each has built its work function; returns their `info()`."
+          progress:bool|None=None)->list:
+    "Start the workers (once; kept ones first) and wait until each has built its work function; returns their `info()`."
     if self.actors: return self.infos
     ray = _ray()
     if not ray.is_initialized(): ray_init(head_timeout=self.head_timeout)
