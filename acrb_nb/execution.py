@@ -28,7 +28,7 @@ class Execution(RunOptions):
     paced, retried, resumed and shown. The one run-options value every study entry point, stage, template and the CLI
     take (as `execution`). Not part of a RunSpec: no key depends on it, so any two settings fill and resume one store."""
     executor:str="local" # "local" (threads in this process) or "ray" (actors, one model per worker)
-    address:str|None=None # Ray to join: None starts a local Ray; "auto" joins this node's cluster; "ray://head:10001"
+    address:str|None=None # Ray to join: None starts a local Ray; "HOST:PORT": the head, as `ray start --head` prints it; "auto"
     num_actors:int|None=None # Ray workers per stage (None: as many as the cluster's free CPUs/GPUs allow)
     num_cpus:float=1 # CPUs reserved per worker
     num_gpus:float=0 # GPUs per worker (1: one model per GPU; 0.5: two small models share one)
@@ -99,7 +99,7 @@ def to_dict(self:Execution)->dict:
 def pool_kwargs(self:Execution)->dict:
     "`RayWorkerPool` arguments."
     return dict(num_actors=self.num_actors, num_cpus=self.num_cpus, num_gpus=self.num_gpus,
-                torch_threads=self.torch_threads, max_restarts=self.max_restarts)
+                torch_threads=self.torch_threads, max_restarts=self.max_restarts, head_timeout=self.head_timeout)
 
 # %% ../nbs/06a_execution.ipynb #00e46d9b
 def _registries()->dict:
@@ -287,10 +287,10 @@ def start(self:ModelSession)->ModelSession:
             st = self.store.store if isinstance(self.store, Run) else self.store
             self._work = build_model_work(self.model, self.make_work, st)
     elif self._pool is None:
-        ray_init(self.execution.address)  # joins or starts Ray once per process (a no-op when connected)
+        ray_init(self.execution.address, head_timeout=self.execution.head_timeout)  # once per process (then a no-op)
         self._pool = RayWorkerPool(functools.partial(build_model_work, self.model, self.make_work),
                                    **self.execution.pool_kwargs())
-        self._pool.start()
+        self._pool.start(progress=self.execution.progress)  # loading the models: "starting Ray workers: 1/2"
     return self
 
 @patch

@@ -4,17 +4,17 @@
 
 # %% ../nbs/06_ray.ipynb #794527da
 from __future__ import annotations
-import atexit, collections, contextlib, gc, inspect, itertools, os, socket, sys, threading, time, traceback, uuid
+import collections, contextlib, gc, inspect, itertools, logging, os, sys, threading, time, traceback, uuid
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from fastcore.basics import patch
 from fastcore.meta import delegates
 from .core import rng as _rng, sha256_hex, redact
 from .store import ItemStore, Run
-from .runner import RetryPolicy, RunLedger, RunOptions, StageResult, call_with_retry
+from .ray_head import RayHeadLost, HeadWatch, reachable, cluster_lost
+from .runner import Progress, RetryPolicy, RunLedger, RunOptions, StageResult, call_with_retry
 
 # %% auto #0
-__all__ = ['ray_init', 'BlobSink', 'build_fn', 'generator_factory', 'RayWorkerPool', 'release_idle_workers', 'warm_workers',
-           'RayHeadLost', 'reachable', 'HeadWatch']
+__all__ = ['ray_init', 'BlobSink', 'build_fn', 'generator_factory', 'RayWorkerPool', 'release_idle_workers', 'warm_workers']
 
 # %% ../nbs/06_ray.ipynb #ac51f3eb
 _FORWARD_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "ACRB_PROGRESS")
@@ -27,31 +27,48 @@ def _ray():
                           "settings.ini), on the driver and on every node of the cluster") from e
     return ray
 
-def ray_init(address:str|None=None, # None: start a local Ray; "auto": join this node's cluster; "ray://host:10001": Ray Client
+def _head_address(address:str|None)->str|None:
+    "The HOST:PORT a join goes to: `address`, or 'auto' / RAY_ADDRESS resolved as Ray does; None for a local Ray."
+    address = address if address is not None else os.environ.get("RAY_ADDRESS")
+    if address != "auto": return address
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+        return canonicalize_bootstrap_address("auto")
+    except Exception: return None  # no cluster on this node: ray.init says so itself
+
+def ray_init(address:str|None=None, # None: start a local Ray; "HOST:PORT": the head `ray start --head` printed; "auto": this node's cluster
              *, num_cpus:int|None=None, # CPUs of a local Ray (None: all cores); a cluster's are set by `ray start`
              num_gpus:int|None=None, # GPUs of a local Ray (None: detected)
              env_vars:Mapping|None=None, # extra worker environment (local workers inherit ours; joining forwards `_FORWARD_ENV`)
-             quiet:bool=True, # keep worker logs out of the driver's output (log_to_driver=False)
+             quiet:bool=True, # no worker logs (log_to_driver=False), and Ray's own log lines below ERROR kept out of the output
+             head_timeout:float=30, # seconds a cluster's head may not answer before joining fails with `RayHeadLost`
              **kwargs, # more `ray.init` arguments (runtime_env, namespace, object_store_memory, ...)
             )->dict:
     "Start or join Ray once per process (a no-op when already connected); returns the cluster's resources."
     if address is not None and (num_cpus is not None or num_gpus is not None):
         raise ValueError(f"num_cpus/num_gpus size a local Ray; the resources of the cluster at {address!r} are set when "
                          f"its nodes start (`ray start --num-cpus=… --num-gpus=…`). Drop them, or use address=None.")
+    if str(address or os.environ.get("RAY_ADDRESS") or "").startswith("ray://"):
+        raise ValueError(f"{address or os.environ.get('RAY_ADDRESS')!r} is a Ray Client address, and Ray Client cannot stream "
+                         "actor results (num_returns='streaming'), which the workers hand items back with. Give the head's "
+                         "address as `ray start --head` prints it (e.g. '10.0.0.5:6379'), or 'auto' on a node of the cluster.")
     ray = _ray()
-    if ray.is_initialized(): return ray.cluster_resources()
+    if ray.is_initialized():  # a cluster's head may have gone since: asking it for its resources would wait on it
+        return HeadWatch.of_cluster(head_timeout).call(ray.cluster_resources)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report from an offline audit machine
     # A local Ray's workers are children of this process and inherit its environment; forwarding it through a
     # runtime_env would only make every worker wait for the runtime-env agent (about 3 s per actor here).
     joins = address is not None or bool(os.environ.get("RAY_ADDRESS"))
+    if joins: HeadWatch(_head_address(address), head_timeout).wait_up()  # ray.init waits minutes for a head that is not there
     env = {k: os.environ[k] for k in _FORWARD_ENV if k in os.environ} if joins else {}
     env.update(env_vars or {})
     rt = dict(kwargs.pop("runtime_env", None) or {})
     if env: rt["env_vars"] = {**env, **dict(rt.get("env_vars") or {})}
-    kw = dict(log_to_driver=not quiet, runtime_env=rt or None, **kwargs)
+    kw = dict(log_to_driver=not quiet, runtime_env=rt or None, **({"logging_level": logging.ERROR} if quiet else {}), **kwargs)
     if address is None: kw.update(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=kwargs.get("include_dashboard", False))
     ray.init(address=address, **kw)
     return ray.cluster_resources()
+
 
 # %% ../nbs/06_ray.ipynb #a6ccf9b2
 class BlobSink:
@@ -255,13 +272,14 @@ class RayWorkerPool:
                  batched:bool=False, # fn takes a list of items and returns one record per item
                  max_restarts:int=4, # times Ray restarts a dead worker (reloading its model) before giving it up
                  actor_options:Mapping|None=None, # more `.options()` for the actors (runtime_env, scheduling_strategy, ...)
+                 head_timeout:float=30, # seconds the cluster's head may not answer while the pool waits on it (`HeadWatch`)
                 ):
         if not callable(fn_factory): raise TypeError(f"fn_factory must be callable, got {type(fn_factory).__name__}")
         if num_actors is not None and num_actors < 1: raise ValueError(f"num_actors must be ≥ 1, got {num_actors}")
         if num_cpus < 0 or num_gpus < 0: raise ValueError(f"num_cpus and num_gpus must be ≥ 0, got {num_cpus}, {num_gpus}")
         self.fn_factory, self.num_actors, self.num_cpus, self.num_gpus = fn_factory, num_actors, num_cpus, num_gpus
         self.resources, self.torch_threads, self.batched = dict(resources or {}), torch_threads, batched
-        self.max_restarts, self.actor_options = max_restarts, dict(actor_options or {})
+        self.max_restarts, self.actor_options, self.head_timeout = max_restarts, dict(actor_options or {}), float(head_timeout)
         self.actors, self.infos, self.dirty = [], [], False
 
     @property
@@ -276,7 +294,8 @@ _WARM = {"on": False}   # inside `warm_workers()`: a pool's shutdown keeps its w
 _IDLE, _IDLE_LOCK = [], threading.Lock()  # (shape, actor, pid) of kept workers, their models unloaded
 
 def _stop(ray, actors:Iterable):
-    "Kill these workers for good (no restart), ignoring ones already gone."
+    "Kill these workers for good (no restart), ignoring ones already gone (and all of them when the head is lost)."
+    if cluster_lost(ray): return
     for a in actors:
         try: ray.kill(a, no_restart=True)
         except Exception: pass
@@ -336,25 +355,34 @@ def _shape(self:RayWorkerPool, ray)->tuple:
 
 def _first_ready(ray, refs:list, # `info()` calls of the new workers
                  timeout:float, # seconds to wait for the first
+                 on_ready:Callable[[int], None]|None=None, # called with 1 for each worker ready (a progress bar's update)
                 )->dict:
     """{position: info} of the workers ready with the first one or within as long again as it took (at least 10 s):
-    a worker that cannot be placed (its node was just lost) or loads slowly does not hold the others back."""
-    t0, pos = time.monotonic(), {r: i for i, r in enumerate(refs)}
-    ready, pending = ray.wait(refs, num_returns=1, timeout=timeout)
-    if not ready: return {}
-    deadline = time.monotonic() + max(10.0, time.monotonic() - t0)
+    a worker that cannot be placed or dies starting (its node was just lost) or loads slowly does not hold the others back."""
+    t0, pos, got, pending = time.monotonic(), {r: i for i, r in enumerate(refs)}, {}, list(refs)
+    lost, deadline = _lost_errors(ray) + (ray.exceptions.ActorUnavailableError,), t0 + timeout
     while pending and (left := deadline - time.monotonic()) > 0:
-        more, pending = ray.wait(pending, num_returns=len(pending), timeout=left)
-        ready += more
-    return {pos[r]: ray.get(r) for r in ready}
+        ready, pending = ray.wait(pending, num_returns=1, timeout=left)
+        for r in ready:
+            try: got[pos[r]] = ray.get(r)
+            except lost: continue  # the driver loop probes it, as it does a worker not ready yet
+            if on_ready: on_ready(1)
+            if len(got) == 1: deadline = min(deadline, time.monotonic() + max(10.0, time.monotonic() - t0))
+    return got
 
 @patch
 def start(self:RayWorkerPool, timeout:float=600, # seconds to wait for every worker to be placed and load its model
-         )->list:
-    "Start the workers (once: kept ones first, see `warm_workers`) and wait until each has built its work function; returns their `info()`."
+          progress:bool|None=None)->list:
+    "Start the workers (once; kept ones first) and wait until each has built its work function; returns their `info()`."
     if self.actors: return self.infos
     ray = _ray()
-    if not ray.is_initialized(): ray_init()
+    if not ray.is_initialized(): ray_init(head_timeout=self.head_timeout)
+    # placing workers and loading models can take minutes, and asks the head: all of it under the head's watch
+    return HeadWatch.of_cluster(self.head_timeout).call(self._start, ray, timeout, progress)
+
+@patch
+def _start(self:RayWorkerPool, ray, timeout:float, progress:bool|None)->list:
+    "`start`'s work: adopt kept workers, create the others, send the factory, wait for the first ready ones."
     n, shape = self._size(ray), self._shape(ray)
     kept = _adopt(ray, shape, n)
     opts = dict(num_cpus=self.num_cpus, num_gpus=self.num_gpus, max_restarts=self.max_restarts, max_task_retries=0,
@@ -363,7 +391,8 @@ def start(self:RayWorkerPool, timeout:float=600, # seconds to wait for every wor
     self.actors = kept + [cls.options(**opts).remote(None, i, self.torch_threads) for i in range(len(kept), n)]
     self._tag, self._ref = uuid.uuid4().hex, ray.put(self.fn_factory)
     for i, a in enumerate(self.actors): a.load.remote([self._ref], self._tag, i, self.batched)
-    got = _first_ready(ray, [a.info.remote() for a in self.actors], timeout)
+    with Progress(n, "starting Ray workers", unit="workers", enabled=progress) as bar:
+        got = _first_ready(ray, [a.info.remote() for a in self.actors], timeout, bar.update)
     if not got:
         self.shutdown(keep=False)
         raise TimeoutError(f"Ray could not start {n} workers with {self.num_cpus} CPU / {self.num_gpus} GPU each "
@@ -384,11 +413,16 @@ def spec(self:RayWorkerPool, worker:int)->dict:
     "What every call to worker `worker` carries, so that a restarted or kept worker loads this pool's function first."
     return {"factory": [self._ref], "tag": self._tag, "index": worker, "batched": self.batched}
 
+
 # %% ../nbs/06_ray.ipynb #56806582
 @patch
 def pids(self:RayWorkerPool, timeout:float=300, # seconds to wait for a restarting worker
         )->list:
     "Current process ids of the workers (asks each one, waiting for restarting ones; None for a dead one)."
+    return HeadWatch.of_cluster(self.head_timeout).call(self._pids, timeout)
+
+@patch
+def _pids(self:RayWorkerPool, timeout:float)->list:
     ray, out, t0 = _ray(), [], time.monotonic()
     for a in self.actors:
         while True:
@@ -409,7 +443,8 @@ def ask(self:RayWorkerPool, f:Callable, # f(work_fn) -> a picklable value, e.g. 
        ):
     "Run `f` on a worker's loaded work function and return the result (e.g. the model's `describe()` for run keys)."
     self.start()
-    return _ray().get(self.actors[worker].apply.remote(f, self.spec(worker)))
+    a, spec = self.actors[worker], self.spec(worker)
+    return HeadWatch.of_cluster(self.head_timeout).call(lambda: _ray().get(a.apply.remote(f, spec)))
 
 @patch
 def shutdown(self:RayWorkerPool, keep:bool|None=None, # keep the workers for a later pool (None: inside `warm_workers()`)
@@ -417,7 +452,8 @@ def shutdown(self:RayWorkerPool, keep:bool|None=None, # keep the workers for a l
     "Stop the workers and free their resources — or, inside `warm_workers()`, unload their models and keep them for the next pool."
     ray = _ray()
     keep = _WARM["on"] and not self.dirty if keep is None else keep
-    if keep and ray.is_initialized() and self.actors:
+    if cluster_lost(ray): pass  # its head is gone: nothing can be stopped or kept (the cluster's end stops the workers)
+    elif keep and ray.is_initialized() and self.actors:
         shape = self._shape(ray)
         for a in self.actors: a.unload.remote()
         with _IDLE_LOCK:  # a worker restarted meanwhile has another pid: not adopted
@@ -425,59 +461,6 @@ def shutdown(self:RayWorkerPool, keep:bool|None=None, # keep the workers for a l
         _stop(ray, [a for a, inf in zip(self.actors, self.infos) if not inf])  # never started: not kept
     else: _stop(ray, self.actors)
     self.actors, self.infos, self.dirty = [], [], False
-
-# %% ../nbs/06_ray.ipynb #hw4d5e6f
-class RayHeadLost(RuntimeError):
-    "The Ray cluster's head (its GCS) stopped answering in the middle of a run."
-
-def reachable(address:str, # "host:port", e.g. a Ray cluster's GCS address
-              timeout:float=1.0, # seconds to wait for the connection
-             )->bool:
-    "Whether a TCP connection to `address` opens."
-    host, _, port = str(address).rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout): return True
-    except (OSError, ValueError): return False
-
-def _forget_cluster():
-    """Let a driver whose cluster head is gone report its error and exit: Ray's own ways out — the hook that sends an
-    uncaught error to the head, `ray.shutdown` at exit — wait for the dead head until Ray ends the process (60 s)."""
-    w = sys.modules.get("ray._private.worker")
-    if w is None: return
-    if hasattr(w, "shutdown"): atexit.unregister(w.shutdown)
-    if sys.excepthook is getattr(w, "custom_excepthook", None):
-        def hook(t, v, tb, show=w.normal_excepthook):  # a script stopped by the error: print it, exit with status 1
-            show(t, v, tb)
-            sys.stderr.flush()
-            os._exit(1)  # the interpreter's teardown would wait on, or crash in, the dead cluster's connection
-        sys.excepthook = hook
-
-class HeadWatch:
-    "Raises `RayHeadLost` once the head at `address` has been unreachable for `timeout` seconds (checked at most every `every` s)."
-    def __init__(self, address:str|None, # the cluster's GCS address (`ray.get_runtime_context().gcs_address`); None: no watch
-                 timeout:float=30.0, # seconds the head may be unreachable before the run stops
-                 every:float=1.0, # seconds between two checks
-                ):
-        self.address, self.timeout, self.every = address, float(timeout), float(every)
-        self.last, self.down_since = -float("inf"), None
-
-    def check(self, led:RunLedger|None=None, # the run's ledger, for the message (its store's path)
-             ):
-        "Look at the head if it is time to; raise `RayHeadLost` with what to do next when it has been gone too long."
-        now = time.monotonic()
-        if not self.address or now - self.last < self.every: return
-        self.last = now
-        if reachable(self.address):
-            self.down_since = None
-            return
-        self.down_since = now if self.down_since is None else self.down_since
-        if now - self.down_since < self.timeout: return
-        where = f" in {led.store.path}" if led is not None else ""
-        raise RayHeadLost(f"the Ray cluster's head at {self.address} has not answered for {now - self.down_since:.0f} s "
-                          f"(head_timeout={self.timeout:g}): the run stops here. Every item finished so far is stored"
-                          f"{where}; the items that were running are not, and are redone. Start the cluster again "
-                          f"(`ray start --head` on the head node, `ray start --address=...` on the others) or use "
-                          f"execution='local', and re-run the same call: it resumes without calling finished items again.")
 
 # %% ../nbs/06_ray.ipynb #c76461f6
 class _DriverLoop:
@@ -492,14 +475,17 @@ class _DriverLoop:
         self.blob_rel = _blob_rel(led.store)
         self.queue = collections.deque(led.todo[i:i + per_task] for i in range(0, len(led.todo), per_task))
         now = time.monotonic()  # a worker not ready when the pool started is probed until it is, then fed like the others
-        self.slots = [{"actor": a, "pid": inf and inf["pid"], "state": "ready" if inf else "probing", "n": 0, "epoch": 0,
-                       "probe": None, "probe_at": 0.0, "lost_at": now, "lost": {}} for a, inf in zip(pool.actors, pool.infos)]
+        self.slots = [{"actor": a, "pid": inf and inf["pid"], "node": inf and inf.get("node_id"), "state": "ready" if inf else
+                       "probing", "n": 0, "epoch": 0, "probe": None, "probe_at": 0.0, "lost_at": now, "lost": {}}
+                      for a, inf in zip(pool.actors, pool.infos)]
         self.live, self.probes = {}, {}  # generator -> [slot, batch, received, epoch, seq]; probe -> slot
-        self.deaths, self.seq = collections.Counter(), itertools.count()
+        self.deaths, self.seq, self.resub = collections.Counter(), itertools.count(), set()  # resub: positions sent again
         self.extra = {"worker_deaths": 0, "actor_restarts": 0, "resubmitted_items": 0, "worker_lost": 0, "deaths": [],
-                      "nodes": {}}  # node id -> {"address", "items"}: where the items of this run were computed
+                      "nodes": {}, # node id -> {"address", "items"}: where the items of this run were computed
+                      "nodes_lost": {}, # node id -> {"address", "workers_lost"}: nodes gone with workers of this run
+                      "resubmitted": {}} # key -> node id that finished it: the items a lost worker's batches gave back
         self.node_ip = {inf.get("node_id"): inf.get("node_ip") for inf in pool.infos if inf}
-        self.head = HeadWatch(self.ray.get_runtime_context().gcs_address, head_timeout)
+        self.head = HeadWatch.of_cluster(head_timeout)
 
     def submit(self, si:int, batch:list):
         "Send a batch (item positions) to worker `si` as a streaming task."
@@ -516,7 +502,8 @@ class _DriverLoop:
         if epoch == s["epoch"]:  # first news of this death: stop feeding the worker, probe it until it is back
             s.update(state="probing", epoch=epoch + 1, lost_at=time.monotonic(), probe_at=time.monotonic(), probe=None)
             self.extra["worker_deaths"] += 1
-            self.extra["deaths"].append({"worker": si, "pid": s["pid"], "error": redact(f"{type(err).__name__}: {err}")[:300]})
+            self.extra["deaths"].append({"worker": si, "pid": s["pid"], "node": s["node"], "address": self.node_ip.get(s["node"]),
+                                         "error": redact(f"{type(err).__name__}: {err}")[:300]})
         s["lost"].setdefault(epoch, []).append((q, left, err))
         self.settle(si, epoch)
 
@@ -546,6 +533,7 @@ def settle(self:_DriverLoop, si:int, epoch:int):
         if again: self.queue.appendleft(again)
         for b in reversed(alone): self.queue.appendleft(b)  # suspects run alone: a poison item cannot take others down
         self.extra["resubmitted_items"] += len(again) + len(alone)
+        self.resub.update(again + [b[0] for b in alone])
 
 @patch
 def feed(self:_DriverLoop):
@@ -560,11 +548,24 @@ def feed(self:_DriverLoop):
                 self.probes[r] = si
                 s["probe"] = r
     if not self.live and self.queue and all(s["state"] == "dead" for s in self.slots):
+        self.head.wait_up(self.led)  # every worker gone with the head: that is the error to report
         todo = self.led.todo
         raise RuntimeError(f"all {len(self.slots)} Ray workers are dead (each restarted up to max_restarts="
                            f"{self.pool.max_restarts} times); {len(todo) - sum(len(b) for b in self.queue)} of {len(todo)} "
                            f"items were handled and are stored. Look at the worker logs (/tmp/ray/session_latest/"
                            f"logs on each node) for the cause, fix it, and re-run: finished items are kept.")
+
+@patch
+def find_lost_nodes(self:_DriverLoop):
+    "The nodes of the workers that died which are gone (the head says so, or their raylet does not answer): `nodes_lost`."
+    dead = collections.Counter(d["node"] for d in self.extra["deaths"] if d.get("node"))
+    if not dead: return
+    info = {n["NodeID"]: n for n in self.head.call(self.ray.nodes)}
+    for nid, k in dead.items():
+        n = info.get(nid, {})
+        if not n.get("Alive") or not reachable(f"{n.get('NodeManagerAddress')}:{n.get('NodeManagerPort')}", 0.5):
+            self.extra["nodes_lost"][nid] = {"address": self.node_ip.get(nid) or n.get("NodeManagerAddress"), "workers_lost": k}
+
 
 # %% ../nbs/06_ray.ipynb #282cf9b6
 @patch
@@ -585,6 +586,7 @@ def on_probe(self:_DriverLoop, w):
     if inf["pid"] != s["pid"]:
         self.extra["actor_restarts"] += s["pid"] is not None  # None: a worker that joined late, not a restart
         s["pid"] = inf["pid"]
+    s["node"] = inf.get("node_id")  # a restarted worker may be on another node
     self.node_ip.setdefault(inf.get("node_id"), inf.get("node_ip"))
     s["state"] = "ready"
 
@@ -617,6 +619,7 @@ def on_result(self:_DriverLoop, w):
     for k, rec in res["records"].items():  # then the records under other keys: a done item never lacks them
         if have.get(k) != "done": st.put(k, rec)
     self.led.commit(p, res)
+    if p in self.resub: self.extra["resubmitted"][self.led.keys[p]] = res.get("node")
     if res.get("node"):
         n = self.extra["nodes"].setdefault(res["node"], {"address": self.node_ip.get(res["node"]), "items": 0})
         n["items"] += 1
@@ -624,16 +627,23 @@ def on_result(self:_DriverLoop, w):
 @patch
 def run(self:_DriverLoop):
     "Feed the workers and store what streams back until every item is handled."
-    while self.queue or self.live:
-        self.feed()
-        self.head.check(self.led)
-        waitables = list(self.live) + list(self.probes)
-        if not waitables:
-            time.sleep(0.05)
-            continue
-        ready, _ = self.ray.wait(waitables, num_returns=1, timeout=0.5)
-        if ready: ready = self.ray.wait(waitables, num_returns=len(waitables), timeout=0)[0] or ready
-        for w in ready: self.on_probe(w) if w in self.probes else self.on_result(w)
+    try:
+        while self.queue or self.live:
+            self.feed()
+            self.head.check(self.led)
+            waitables = list(self.live) + list(self.probes)
+            if not waitables:
+                time.sleep(0.05)
+                continue
+            ready, _ = self.ray.wait(waitables, num_returns=1, timeout=0.5)
+            if ready: ready = self.ray.wait(waitables, num_returns=len(waitables), timeout=0)[0] or ready
+            for w in ready: self.on_probe(w) if w in self.probes else self.on_result(w)
+    except RayHeadLost: raise
+    except Exception:  # an error while the head is gone is the head's loss: say that one
+        self.head.check(self.led, force=True)
+        if self.head.down_since is not None: self.head.wait_up(self.led)
+        raise
+    self.find_lost_nodes()
 
 # %% ../nbs/06_ray.ipynb #0e6063d8
 @patch
@@ -650,7 +660,7 @@ def run(self:RayWorkerPool, items:Iterable, # work items (JSON-like; dicts usual
         desc:str="items", # progress bar label
         prepare:Callable[[Any], Any]|None=None, # item -> what the worker gets, at submission (e.g. image bytes for other nodes)
         count_as:str|None=None, # "local_calls": the counter that splits `calls`, as in `run_items` (the execution layer passes it)
-        head_timeout:float=30, # seconds the cluster's head may be unreachable before the run stops (`HeadWatch`)
+        head_timeout:float|None=None, # seconds the cluster's head may be unreachable before the run stops (None: the pool's)
         **kwargs, # `RunOptions` fields over `options`
        )->StageResult:
     "Run the work function over `items` on the workers into `store`, resuming finished keys; one row per item, like `run_items`."
@@ -662,19 +672,18 @@ def run(self:RayWorkerPool, items:Iterable, # work items (JSON-like; dicts usual
     with RunLedger(items, store, key=key, options=opts, desc=desc, count_as=count_as) as led:
         loop = None
         if led.todo:
-            self.start()
+            self.start(progress=opts.progress)
             # at most batch_size items a task, fewer when there are few: each worker gets up to max_in_flight tasks at once
             per_task = max(1, min(int(batch_size), -(-len(led.todo) // (len(self.actors) * max_in_flight))))
             loop = _DriverLoop(self, led, per_task, retry=retry, seed=seed, max_in_flight=max_in_flight,
                                max_worker_deaths=max_worker_deaths, restart_timeout=restart_timeout, prepare=prepare,
-                               head_timeout=head_timeout)
+                               head_timeout=self.head_timeout if head_timeout is None else head_timeout)
             self.dirty = True   # until the loop ends cleanly: a run stopped midway may leave batches running on the workers
             try: loop.run()
             except RayHeadLost:
                 self.actors, self.infos = [], []  # the cluster is gone: nothing left to stop or keep
-                _forget_cluster()
                 raise
             self.dirty = False
     extra = loop.extra if loop else {"worker_deaths": 0, "actor_restarts": 0, "resubmitted_items": 0, "worker_lost": 0,
-                                     "deaths": [], "nodes": {}}
+                                     "deaths": [], "nodes": {}, "nodes_lost": {}, "resubmitted": {}}
     return led.result(executor="ray", actors=len(self.actors), batch_size=loop.per_task if loop else int(batch_size), **extra)

@@ -539,7 +539,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--execution", type=_execution_arg, metavar="EXECUTION",
                    help="local (this process), ray (actors, one model per worker), or a mapping of Execution fields, "
                         "e.g. '{executor: ray, address: auto, num_gpus: 1}'")
-    g.add_argument("--ray-address", help="Ray to join: auto (this node's cluster) or ray://HEAD:10001; default: start a local Ray")
+    g.add_argument("--ray-address", help="Ray to join: HOST:PORT of the cluster's head, as `ray start --head` prints it (auto: "
+                                          "found on a node of the cluster); default: start a local Ray")
     g.add_argument("--ray-num-actors", type=int, help="Ray workers per stage (default: as many as fit)")
     g.add_argument("--ray-num-cpus", type=float, help="CPUs per Ray worker (default 1)")
     g.add_argument("--ray-num-gpus", type=float, help="GPUs per Ray worker (default 0; 1 = one model per GPU)")

@@ -5,7 +5,7 @@ Prints a table and ends with:  RESULT throughput_frac=<x> rerun_frac=<y>
   throughput_frac = measured items/s ÷ ideal (16 workers / 0.2 s = 80 items/s)   target ≥ 0.9
   rerun_frac      = time to re-run the finished 200-item run ÷ time of the first run   target < 0.05
 """
-import json, os, sys, tempfile, time
+import json, os, shutil, sys, tempfile, time
 from pathlib import Path
 os.environ.setdefault("ACRB_PROGRESS", "0")
 import openai
@@ -33,6 +33,7 @@ def main():
         calls_second = sum(1 for _ in log.read_text().splitlines()) - calls_first
     finally:
         stop_server_process(proc)
+        shutil.rmtree(tmp, ignore_errors=True)  # the store and the server's call log: nothing left in the temp folder
     ideal = WORKERS / LATENCY
     thr = N / t1
     assert df1.status.eq("done").all(), df1.status.value_counts()

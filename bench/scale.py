@@ -15,7 +15,7 @@ Every path loads and warms its model before timing (start-up = build + 8 warm-up
 Images are checked identical across the three paths. On Ray the driver writes blobs and fsyncs the store while the
 worker computes the next item; the local runner does both in its one thread — part of what `ray_overhead` shows.
 """
-import os, re, subprocess, sys, tempfile, time
+import os, re, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
 os.environ.setdefault("ACRB_PROGRESS", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -35,6 +35,13 @@ def two_node():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from ray_cluster import LocalCluster
     tmp, walls = Path(tempfile.mkdtemp(prefix="bench-2node-")), {}
+    try: _two_node(tmp, walls, LocalCluster)
+    finally: shutil.rmtree(tmp, ignore_errors=True)  # the stores of every round: nothing is left in the temp folder
+    print(f"TWO_NODE wall_1node={min(walls[1]):.4f} wall_2node={min(walls[2]):.4f} "
+          f"rounds_1node={' '.join(f'{t:.2f}' for t in walls[1])} rounds_2node={' '.join(f'{t:.2f}' for t in walls[2])}")
+
+def _two_node(tmp, walls, LocalCluster):
+    "`two_node`'s rounds, their stores under `tmp`."
     with LocalCluster(nodes=1) as c:
         os.environ.update({k: c.env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")})  # before Ray reads them
         ray_init(c.address)
@@ -53,11 +60,14 @@ def two_node():
                     assert res.rows.status.eq("done").all() and len(res.summary["nodes"]) == n, res.summary
         import ray
         ray.shutdown()  # leave before the cluster stops (a driver left connected waits a minute for its head)
-    print(f"TWO_NODE wall_1node={min(walls[1]):.4f} wall_2node={min(walls[2]):.4f} "
-          f"rounds_1node={' '.join(f'{t:.2f}' for t in walls[1])} rounds_2node={' '.join(f'{t:.2f}' for t in walls[2])}")
 
 def main():
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    try: _main(tmp)
+    finally: shutil.rmtree(tmp, ignore_errors=True)  # the stores and images of every round
+
+def _main(tmp):
+    "The bench, its stores under `tmp`."
     factory = generator_factory(MODEL)
     startup, walls, work_s, stores = {}, {}, {}, {}
     torch.set_num_threads(1)  # the local path: one worker thread, one torch thread, like one Ray worker

@@ -5,13 +5,16 @@ cluster), every process stopped at the end even when a test fails.
     with LocalCluster() as c:        # head + one more node
         c.address                    # "192.0.2.2:40123": what a driver passes as `address` / `--ray-address`
         c.env                        # the environment a driver needs (the cluster's token, no usage report)
-        c.nodes[1].kill()            # node loss: SIGKILL its raylet and its workers, by pid
+        c.nodes[1].kill()            # node loss: SIGKILL its raylet and its workers, by pid (returns once they are gone)
+        c.ensure_nodes(2)            # add nodes until two are up again (a killed head: a new cluster is needed)
 
 Ray binds a node to the machine's own address (it replaces 127.0.0.1 by it), so both nodes share that address and
 differ by node id; nothing leaves the machine.
 """
 import os, re, secrets, shutil, signal, subprocess, sys, tempfile, time
 from pathlib import Path
+
+from acrb_nb.ray_head import reachable
 
 RAY = Path(sys.executable).parent / "ray"
 
@@ -43,7 +46,7 @@ def descendants(pid: int) -> list:
 class Node:
     "One `ray start --block` process and everything it started (its session's GCS, raylet, agents and workers)."
     def __init__(self, name: str, cmd: list, env: dict, root: Path):
-        self.name, self.log = name, root / f"{name}.log"
+        self.name, self.log, self.temp_dir = name, root / f"{name}.log", root / name  # its --temp-dir
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
                                      start_new_session=True)  # its own process group: stopped as one
 
@@ -68,13 +71,22 @@ class Node:
             except OSError: pass
         return None
 
-    def kill(self) -> list:
-        "Node loss: SIGKILL the node's raylet and every process below `ray start` (its workers included), by pid."
+    def kill(self, timeout: float = 30) -> list:
+        "Node loss: SIGKILL the node's raylet and every process below `ray start` (its workers too), by pid, until they are gone."
         pids = descendants(self.proc.pid)
         for p in pids:
             try: os.kill(p, signal.SIGKILL)
             except ProcessLookupError: pass
+        t0 = time.time()
+        while any(ppid(p) for p in pids):  # a SIGKILLed process is gone once its parent has reaped it (or it is a zombie)
+            if all(_zombie(p) for p in pids if ppid(p)) or time.time() - t0 > timeout: break
+            time.sleep(0.05)
         return pids
+
+    @property
+    def up(self) -> bool:
+        "Whether the node's raylet runs."
+        return self.raylet_pid() is not None and not _zombie(self.raylet_pid())
 
     def stop(self):
         "Stop the node and everything it started (SIGTERM to its process group, SIGKILL after 10 s)."
@@ -86,6 +98,11 @@ class Node:
                 for p in descendants(self.proc.pid): os.kill(p, signal.SIGKILL)
                 return
             except (subprocess.TimeoutExpired, ProcessLookupError): pass
+
+
+def _zombie(pid: int) -> bool:
+    try: return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError): return True
 
 
 class LocalCluster:
@@ -124,6 +141,17 @@ class LocalCluster:
         node.wait_started()
         return node
 
+    @property
+    def head_up(self) -> bool:
+        "Whether the head's GCS answers (a killed head does not come back: its cluster is over)."
+        return hasattr(self, "address") and reachable(self.address)
+
+    def ensure_nodes(self, n: int, wait: bool = True) -> list:
+        "Start nodes until `n` run (head included) and, with `wait`, a driver sees their CPUs; returns the nodes that run."
+        while sum(x.up for x in self.nodes) < n: self.add_node()
+        if wait: self.wait_cpus(n * self.cpus)
+        return [x for x in self.nodes if x.up]
+
     def wait_cpus(self, n: int, timeout: float = 60):
         "Block until a driver sees `n` CPUs in the cluster (a joined node is placed on a little after it starts)."
         code = ("import ray, sys, time; ray.init(address=sys.argv[1], log_to_driver=False); t = time.time()\n"
@@ -135,8 +163,16 @@ class LocalCluster:
         if p.returncode: raise RuntimeError(f"the cluster at {self.address} did not show {n} CPUs: {p.stderr[-2000:]}")
 
     def stop(self):
+        "Stop every node (a cluster whose head is gone: SIGKILL, `ray start` included — it would wait 10 s for the head)."
+        if self.nodes and not self.head_up:
+            for n in self.nodes:
+                n.kill()
+                n.proc.kill()
         for n in reversed(self.nodes): n.stop()
-        shutil.rmtree(self.root, ignore_errors=True)
+        for _ in range(20):  # a Ray process still exiting may write a last log line while the folder goes
+            shutil.rmtree(self.root, ignore_errors=True)
+            if not self.root.exists(): break
+            time.sleep(0.25)
 
     def __enter__(self): return self
     def __exit__(self, *exc): self.stop()

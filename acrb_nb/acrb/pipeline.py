@@ -4,7 +4,7 @@
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #a810a1fe
 from __future__ import annotations
-import dataclasses, json, os, warnings
+import collections, dataclasses, json, os, warnings
 from pathlib import Path
 from typing import Mapping, Sequence
 import numpy as np
@@ -25,12 +25,13 @@ from .. import validation
 from ..stats import ppi
 from ..runner import StageResult
 from ..execution import Execution, AdapterRef
+from ..ray_head import RayHeadLost
 
 # %% auto #0
 __all__ = ['PLAN_POWER', 'SIM_TRUTH', 'resolve_judge', 'judge_ref', 'judge_name', 'AllCallsFailed', 'check_not_all_failed',
            'JudgeCorrection', 'judge_correction', 'LabelShortfall', 'labelling_folder', 'cited_clusters',
            'export_labelling_sample', 'label_population', 'planned_population', 'label_plan', 'AnalysisOptions',
-           'AcrbResult', 'sim_truth', 'model_ref', 'PromptInputs', 'run_acrb']
+           'AcrbResult', 'sim_truth', 'model_ref', 'PromptInputs', 'run_acrb', 'execution_provenance']
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #0c2530cf
 def resolve_judge(judge:str, # a judge name, or "auto"
@@ -568,6 +569,9 @@ class PromptInputs(Options):
     llm:str|None=None # TextLM name for Stage I LLM mode (None: template mode)
 
 # %% ../../nbs/15_acrb.pipeline.ipynb #6ec24fcc
+_STAGE_FACTS = ("executor", "placement", "actors", "nodes", "worker_deaths", "actor_restarts", "resubmitted_items",
+                "worker_lost", "nodes_lost", "resubmitted", "deaths")  # what a stage's summary leaves in the manifest
+
 def run_acrb(model:str|AdapterRef="sim", # image generator (t2i) or editor (i2i): a registry name, or `model_ref(...)` with options
              mode:str="t2i", # "t2i" or "i2i"
              attributes:Sequence[str]|None=None, # dimensions to audit (None: all of the attribute set)
@@ -600,7 +604,7 @@ def run_acrb(model:str|AdapterRef="sim", # image generator (t2i) or editor (i2i)
     run = Run(spec, run_dir=run_dir)
     stages = {}  # where each model stage ran this session (manifest): the keys, and so the results, do not depend on it
     def note(stage, summary):
-        stages[stage] = {k: summary.get(k) for k in ("executor", "placement", "actors", "nodes") if summary.get(k)}
+        stages[stage] = {k: summary.get(k) for k in _STAGE_FACTS if summary.get(k)}  # where, and what was lost and redone
         run.note_session(execution={**execution.to_dict(), "stages": stages})
     try:
         run.note_session(execution=execution.to_dict())
@@ -611,7 +615,9 @@ def run_acrb(model:str|AdapterRef="sim", # image generator (t2i) or editor (i2i)
         s1, s2 = _stage2(run, gen_ref, s1, n_base_prompts=n_base_prompts, images_per_prompt=images_per_prompt,
                          sources=sources, seed=seed, execution=execution, note=note)
         s3, det = _stage3(run, s1, s2, attrs, judge_refs, seed=seed, execution=execution, note=note)
-    except BaseException:
+    except BaseException as e:
+        if isinstance(e, RayHeadLost):  # why this session stopped: the report of the run that resumes it says so
+            run.note_session(execution={**execution.to_dict(), "stages": stages, "stopped": f"RayHeadLost: {e}"})
         run.write_manifest("failed")
         raise
     # Every model call is done: the run is finished, whatever happens to the analysis below (a labels file that cannot be
@@ -630,3 +636,44 @@ def _write_stage3(s3:pd.DataFrame, path:Path):
     json_cols = ["cues"] + [c for c in s3 if c.endswith("_probs")]
     s3.drop(columns=["metadata"], errors="ignore").assign(**{c: s3[c].map(json.dumps) for c in json_cols}).to_parquet(
         path, index=False)
+
+# %% ../../nbs/15_acrb.pipeline.ipynb #pv2b3c4d
+def _where_ran(v:Mapping)->str:
+    "A stage's executor, its workers and how many nodes computed its items: 'ray × 2 workers on 2 nodes'."
+    s = str(v.get("executor")) + (f" × {v['actors']} workers" if v.get("actors") else "")
+    return s + (f" on {len(v['nodes'])} node{'s' if len(v['nodes']) > 1 else ''}" if v.get("nodes") else "")
+
+def _node(nid, address=None)->str: return f"node {str(nid)[:8]}" + (f" ({address})" if address else "")
+
+def _losses(v:Mapping)->str|None:
+    "What a stage lost on Ray and redid: worker deaths, lost nodes, items sent again and the nodes that finished them."
+    deaths, lost, again = v.get("worker_deaths") or 0, v.get("nodes_lost") or {}, v.get("resubmitted") or {}
+    if not (deaths or lost or v.get("resubmitted_items")): return None
+    out = [f"{deaths} worker death{'' if deaths == 1 else 's'}"]
+    if lost: out.append(f"node{'s' * (len(lost) > 1)} lost: " + ", ".join(_node(n, x.get("address")) for n, x in lost.items()))
+    if v.get("resubmitted_items"):
+        by = collections.Counter(again.values())
+        out.append(f"{v['resubmitted_items']} items sent again" + (", finished on " + ", ".join(
+            f"{_node(n) if n else 'no node (failed)'}: {k}" for n, k in by.items()) if by else ""))
+    if v.get("worker_lost"): out.append(f"{v['worker_lost']} stored as failed (worker_lost)")
+    return "; ".join(out)
+
+def execution_provenance(manifest:Mapping, # a run's manifest.json, as a dict
+                        )->dict:
+    "Provenance rows: where each stage ran, the items per Ray node, what Ray lost and redid, the earlier Ray sessions."
+    sessions = manifest.get("sessions") or [{}]
+    stages = (sessions[-1].get("execution") or {}).get("stages") or {}
+    rows, per_node = {f"executor: {k}": _where_ran(v) for k, v in stages.items()}, {}
+    for k, v in stages.items():
+        for nid, n in (v.get("nodes") or {}).items(): per_node.setdefault(_node(nid, n.get("address")), []).append(f"{k} {n['items']}")
+    rows.update({f"items computed on {name}": ", ".join(parts) for name, parts in per_node.items()})
+    rows.update({f"Ray losses: {k}": t for k, v in stages.items() if (t := _losses(v))})
+    for i, s in enumerate(sessions[:-1], 1):  # the sessions this run resumed: where they ran, why they stopped
+        ex = s.get("execution") or {}
+        if ex.get("executor") != "ray": continue
+        what = "ray" + (f" at {ex['address']}" if ex.get("address") else "") + f", {s.get('status')}"
+        if ex.get("stopped"): what += f" ({ex['stopped'].split(': the run stops')[0]})"
+        done = "; ".join(f"{k}: {_where_ran(v)}" + (f", {t}" if (t := _losses(v)) else "") for k, v in (ex.get("stages") or {}).items())
+        rows[f"earlier session {i} ({str(s.get('started_at', ''))[:19]})"] = what + (f"; {done}" if done else "")
+    return rows
+
