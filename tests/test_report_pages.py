@@ -6,8 +6,8 @@ it, and a report whose every user-given field holds hostile text shows that text
   or widget script from a CDN), and nothing may run.
 - One report per study is rendered from an empty folder with the hostile corpus of tests/hostile.py in every field a
   user controls — fairness: the groups, the dataset's name and what a positive label means; ACRB: an attribute set and
-  base prompts of one's own (values, cues, scenes, a domain); IAT: a words file of one's own; compare: the display
-  names and the prediction columns' names — and each page must show every string literally (NUL as U+FFFD), hold no
+  base prompts of one's own (values, cues, scenes, a domain); IAT: a words file of one's own; toxicity: a texts table of
+  one's own, its name and licence; compare: the display names — and each page must show every string literally (NUL as U+FFFD), hold no
   script URL and run nothing (`hostile.check_page`). A report's tables cut long cells, so the 100,000-character line
   goes where prose shows it whole (the dataset's name).
 """
@@ -84,6 +84,13 @@ def hostile_reports(tmp_path_factory):
     (cwd / "words.yaml").write_text(yaml.safe_dump({"positive_words": [f"good{i} {ALL}" for i in range(3)],
                                                     "negative_words": [f"bad{i} {ALL}" for i in range(3)]}))
     out["iat"] = (_render(cwd, "iat", words="words.yaml", dimensions="gender", pairs_per_combo=1, n_boot=100, n_perm=100), [ALL])
+    # toxicity: one's own texts (each a hostile string), with a hostile name, licence and identity column (a cheap model, no IG)
+    texts = [*SHORT.values()] * 4
+    pd.DataFrame({"text": texts, "label": ["toxic", "fine"] * (len(texts) // 2), "grp": [1, 0] * (len(texts) // 2)}
+                 ).to_csv(cwd / "texts.csv", index=False)
+    out["toxicity"] = (_render(cwd, "toxicity", model="tiny-gpt2", select=False, ig_rows=0, dataset="texts.csv", text_col="text",
+                               label_col="label", positive_label="toxic", id_cols="grp", dataset_name=ALL, license=SHORT["img_onerror"]),
+                       [ALL, SHORT["img_onerror"]])
     # compare: hostile display names of two runs
     runs = []
     for k in "ab":
@@ -95,9 +102,9 @@ def hostile_reports(tmp_path_factory):
     return out
 
 
-@pytest.mark.budget(cpu=150, why="four report renders (a kernel and the study's imports each) and a browser: the only test "
+@pytest.mark.budget(cpu=150, why="five report renders (a kernel and the study's imports each) and a browser: the only test "
                                  "that puts hostile text through every template into published HTML")
-@pytest.mark.parametrize("study", ["fairness", "acrb", "iat", "compare"])
+@pytest.mark.parametrize("study", ["fairness", "acrb", "iat", "toxicity", "compare"])
 def test_hostile_text_in_a_report_is_shown_as_text_and_runs_nothing(hostile_reports, browser, study):
     page, strings = hostile_reports[study]
     got = hostile.check_page(browser, page, strings, ready=READY, what=f"{study} report")

@@ -15,7 +15,7 @@ from ..runner import StageResult, store_for
 from ..adapters.text import context_length
 from .prompts import EncodedPrompt, PromptEncoder, get_task
 from .zeroshot import (model_ref, resolve_model, label_logprobs, prefix_kv, keep_cached, score_encoded, model_fingerprint,
-                                       hf_parts, pad_token_id, read_rows)
+                                       hf_parts, pad_token_id, read_rows, CLUSTER_FACTS)
 from .options import IGOptions, BASELINES
 from ..execution import Execution, ModelSession
 
@@ -515,7 +515,7 @@ def explain_rows(data, # DataFrame, list of texts, or parquet/CSV path (as in `s
                "frac_gap_ge_0.5": float((gap >= 0.5).mean()) if n else np.nan,
                "row_seconds": secs, "seconds_per_row": float(np.median(secs)) if n else np.nan,
                **{k: v for k, v in res.summary.items() if k in ("items", "cached", "called", "done", "failed", "executor",
-                                                               "actors", "worker_deaths", "resubmitted_items")}}
+                                                               "actors", "nodes", *CLUSTER_FACTS)}}
     if heatmap_dir is not None:
         hd = Path(heatmap_dir)
         hd.mkdir(parents=True, exist_ok=True)

@@ -23,9 +23,9 @@ from ..validation import LabelPopulation, label_items
 from ..stats.resample import check_columns
 
 # %% auto #0
-__all__ = ['CONTENT_FREE', 'model_ref', 'resolve_model', 'hf_parts', 'pad_token_id', 'collate', 'batches_by_length', 'prefix_kv',
-           'label_logprobs', 'score_encoded', 'keep_cached', 'model_fingerprint', 'expand_batch_rows', 'read_rows',
-           'score_dataset', 'content_free_score', 'toxicity_label_items']
+__all__ = ['CLUSTER_FACTS', 'CONTENT_FREE', 'model_ref', 'resolve_model', 'hf_parts', 'pad_token_id', 'collate',
+           'batches_by_length', 'prefix_kv', 'label_logprobs', 'score_encoded', 'keep_cached', 'model_fingerprint',
+           'expand_batch_rows', 'read_rows', 'score_dataset', 'content_free_score', 'toxicity_label_items']
 
 # %% ../../nbs/21_toxicity.zeroshot.ipynb #1849fc03
 def model_ref(model, # registry name, hub id, local folder, path to a .gguf file, TextLM adapter, or (model, tokenizer)
@@ -441,6 +441,7 @@ def _session_run(session:ModelSession, # the model's session
     return session.run(items, key=_batch_key, desc=desc, options=ex)
 
 _PASS_COUNTS = ("worker_deaths", "actor_restarts", "resubmitted_items", "worker_lost")
+CLUSTER_FACTS = (*_PASS_COUNTS, "deaths", "nodes_lost", "resubmitted")  # what a Ray pool's summary keeps of losses (06_ray)
 
 def _merge_passes(first:Mapping, # the summary of the first pass
                   again:Mapping, # the summary of the second (`retry_failed`) pass
@@ -454,6 +455,9 @@ def _merge_passes(first:Mapping, # the summary of the first pass
         got = nodes.setdefault(n, {"address": v.get("address"), "items": 0})
         got["items"] += v.get("items", 0)
     if nodes: s["nodes"] = nodes
+    if again.get("deaths"): s["deaths"] = [*(first.get("deaths") or []), *again["deaths"]]
+    for k in ("nodes_lost", "resubmitted"):   # node id -> loss; key -> the node that finished it: the second pass's win
+        if again.get(k): s[k] = {**(first.get(k) or {}), **again[k]}
     return s
 
 def _batch_passes(session:ModelSession, # the model's session
@@ -496,8 +500,7 @@ def _score_texts(session:ModelSession, # the model's session: its `execution` sa
         failed = res.rows["status"] == "failed"
         summary.update(batches=len(items), failed_batches=int(failed.sum()),
                        errors=res.rows.loc[failed, "error"].dropna().unique().tolist()[:3],
-                       **{k: v for k, v in res.summary.items()
-                          if k in _PASS_COUNTS + ("nodes",)})
+                       **{k: v for k, v in res.summary.items() if k in CLUSTER_FACTS + ("nodes",)})
     got = {e["key"]: e["record"] for e in store.entries(status="done", keys=uniq)}
     return [got.get(k) for k in keys], summary
 
