@@ -179,3 +179,36 @@ def test_config_mistakes_are_listed_at_once_with_close_matches(tmp_path):
     r = cli("acrb", "-f", cfg.name, cwd=tmp_path, timeout=120)
     assert r.returncode == 2 and "'seed' appears twice" in r.stderr
     assert not (tmp_path / "reports").exists()
+
+
+# ---------------------------------------------------------------------------------------------------- issue 48
+OCCUPATIONS = """name: occupations
+neutral: {subject: a person}
+dimensions:
+  occupation:
+    - {value: farmer, subject: a farmer, cues: [farm work clothes], i2i_edit: Make the person a farmer.}
+    - {value: librarian, subject: a librarian, cues: [bookshelves], i2i_edit: Make the person a librarian.}
+"""
+
+
+def test_own_attribute_set_reaches_the_report_and_no_run_replaces_another(tmp_path):
+    """Issue 48: `-p attribute_set my.yaml` with a new dimension renders an ACRB report from the CLI and through papermill;
+    two sim audits with different planted configs, then a plan-only run, leave three reports in the index, none replaced."""
+    (tmp_path / "occupations.yaml").write_text(OCCUPATIONS)
+    (tmp_path / "planted.yaml").write_text("extends: planted_acrb.yaml\nattributes:\n  occupation:\n"
+                                           "    farmer: {patterns: [farmer]}\n    librarian: {patterns: [librarian], p_erase: 0.4}\n")
+    own = ["-p", "attribute_set", "occupations.yaml", "-p", "n_base_prompts", "3", "-p", "n_boot", "100"]
+    for extra in ([], ["-p", "sim_config_file", "planted.yaml"], ["-p", "plan_only", "True"]):
+        r = cli("acrb", *own, *extra, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-2000:]
+    rows = [x for x in json.loads((tmp_path / "reports" / "index.json").read_text())["reports"] if x["study"] == "acrb"]
+    assert len(rows) == 3 and len({x["html"] for x in rows}) == 3 and all(x["status"] == "ok" for x in rows), rows
+    assert sum(x["latest"] for x in rows) == 1                                      # the newest marked, none lost
+    assert all((tmp_path / "reports" / x["html"]).exists() for x in rows)
+    html = (tmp_path / "reports" / next(x["html"] for x in rows if x["parameters"].get("sim_config_file"))).read_text()
+    assert "occupation:librarian" in html and "Simulator note" not in html        # the new dimension, planted by the user
+    r = subprocess.run([sys.executable, "-m", "papermill", str(ROOT / "nbs" / "acrb.ipynb"), "out.ipynb", "-p", "attribute_set",
+                        "occupations.yaml", "-p", "n_base_prompts", "2", "-p", "n_boot", "100", "-p", "plan_only", "True"],
+                       cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=500)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "occupation" in (tmp_path / "out.ipynb").read_text()
