@@ -84,8 +84,10 @@ check: install bytecode
 	@run_tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/acrbc-XXXXXX"); trap 'rm -rf "$$run_tmp"' EXIT; \
 	  export TMPDIR="$$run_tmp" TEST_COST_DIR="$$run_tmp/cost"; PATH="$(abspath $(BIN)):$$PATH" $(PY) tools/check.py
 
+# Every study's default report, and the ACRB report of grounded image editing (I2I) on the shipped photographs.
 report: install bytecode
 	$(BIN)/acrb-report --all --out reports
+	$(BIN)/acrb-report acrb -p mode i2i --out reports
 
 readme: install
 	$(PY) tools/make_readme.py
