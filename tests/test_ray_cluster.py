@@ -260,6 +260,7 @@ def test_node_lost_mid_run_loses_nothing(cluster, tmp_path, slow_config, local_a
 HEAD_FAULTS = {"mid-stage": "item:1:6", "between-stages": "pool_start:2", "pool-start": "workers_requested:2"}
 
 
+@pytest.mark.budget(cpu=80, why="three drivers on a two-node cluster, each waiting out the default head_timeout (30 s) the issue asks for")
 def test_head_lost_mid_stage_between_stages_and_at_pool_start(clusters, tmp_path, slow_config, local_audit, reliability):
     """The head (its GCS, raylet, agents) is SIGKILLed while three drivers of the same audit stand at their fault points
     — mid Stage II, between Stage II and the judge, in the judge pool's start — each attached to the other node, with the

@@ -13,6 +13,7 @@ AREA = "determinism"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
+@pytest.mark.budget(cpu=45, why="six configurations (tiny diffusers pipelines among them), each run twice from nothing: what is compared")
 def test_same_spec_and_seed_twice_is_byte_identical(run_tmp, reliability):
     procs = []
     for i, hs in enumerate(("1", "2")):

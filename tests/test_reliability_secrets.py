@@ -47,6 +47,7 @@ def _hits(paths):
     return hits, raw, len(files)
 
 
+@pytest.mark.budget(cpu=60, why="every study's report rendered against the fake API servers with keys in the environment")
 @pytest.mark.slow
 def test_report_templates_leak_no_key(run_tmp, reliability, monkeypatch):
     from acrb_nb.report import render_report, template_parameters

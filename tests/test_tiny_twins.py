@@ -95,6 +95,7 @@ def test_smoke_names_what_is_missing(tmp_path):
     assert unknown.returncode == 2 and "not a local model" in unknown.stderr
 
 
+@pytest.mark.budget(cpu=45, why="acrb-smoke loads each twin as the real model's hub id: the Qwen2.5-VL processor and chat template are real")
 @pytest.mark.parametrize("model,twin,repo", [("flux", "tiny:flux", "black-forest-labs/FLUX.1-schnell"),
                                              ("sd15", "tiny:sd15", "stable-diffusion-v1-5/stable-diffusion-v1-5"),
                                              ("qwen2.5-vl-7b", "tiny:qwen2.5-vl", "Qwen/Qwen2.5-VL-7B-Instruct")])
