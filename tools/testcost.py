@@ -8,7 +8,8 @@
 Records go to $TEST_COST_DIR (phases.jsonl, notebooks.jsonl, and tests-*.jsonl written by tests/conftest.py).
 CPU seconds are user + system time of a process and of every descendant it waited for (`getrusage`): the kernels,
 servers and command-line runs a notebook or a test starts are counted; daemons that outlive their parent (a Ray
-cluster's raylets) are counted in the phase that started them only if that phase reaped them.
+cluster's raylets and workers) are not. `machine_cpu` is what the whole machine spent busy meanwhile (/proc/stat): on
+an otherwise idle machine, everything the run cost, Ray included.
 `nbtest` is nbdev's own `nbdev_test`, with two changes that do not change what runs: each notebook's cost is recorded,
 and notebooks start costliest first (by tools/notebook_costs.json, measured here; unknown ones first), so that the two
 workers do not end on a long notebook started last.
@@ -35,11 +36,19 @@ def _append(name: str, rec: dict):
     with open(_dir() / name, "a") as f: f.write(json.dumps(rec) + "\n")
 
 
+def _machine_cpu() -> float:
+    "CPU seconds the whole machine has spent busy since boot (/proc/stat; 0 where there is none)."
+    try: f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError): return 0.0
+    return (sum(f) - f[3] - (f[4] if len(f) > 4 else 0)) / os.sysconf("SC_CLK_TCK")   # all but idle and iowait
+
+
 def phase(name: str, cmd: list) -> int:
-    t0, c0 = time.perf_counter(), _cpu(resource.RUSAGE_CHILDREN)
+    t0, c0, m0 = time.perf_counter(), _cpu(resource.RUSAGE_CHILDREN), _machine_cpu()
     rc = subprocess.call(cmd)
     _append("phases.jsonl", {"phase": name, "wall": round(time.perf_counter() - t0, 1),
-                             "cpu": round(_cpu(resource.RUSAGE_CHILDREN) - c0, 1), "rc": rc})
+                             "cpu": round(_cpu(resource.RUSAGE_CHILDREN) - c0, 1),
+                             "machine_cpu": round(_machine_cpu() - m0, 1), "rc": rc})
     return rc
 
 
@@ -99,7 +108,7 @@ def report():
     print(f"TEST-COST wall={total.get('wall', float('nan')):.0f} cpu={total.get('cpu', float('nan')):.0f} "
           f"notebooks={get('notebooks', 'wall'):.0f} pytest={get('pytest', 'wall'):.0f} "
           f"notebooks_cpu={get('notebooks', 'cpu'):.0f} pytest_cpu={get('pytest', 'cpu'):.0f} "
-          f"n_notebooks={len(nbs)} n_tests={len(tests)}")
+          f"n_notebooks={len(nbs)} n_tests={len(tests)} machine_cpu={total.get('machine_cpu', float('nan')):.0f}")
 
 
 if __name__ == "__main__":
