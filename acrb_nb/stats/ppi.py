@@ -160,6 +160,15 @@ RATE_COLUMNS = ["dimension", "group", "n_items", "n_labels", "judge_only", "judg
                 "corrected", "corrected_lo", "corrected_hi", "corrected_se", "lam", "sens", "spec",
                 "rg", "rg_lo", "rg_hi", "cite", "status"]
 
+def _cross_lambda(own:dict, dims:list)->dict:
+    """Each group's λ: the mean of the other groups' own λ̂ (`own`: index → λ̂), those of its dimension, else of the table;
+    a group with no other: its own λ̂."""
+    out = {}
+    for i, l in own.items():
+        mates = [v for j, v in own.items() if j != i and dims[j] == dims[i]] or [v for j, v in own.items() if j != i]
+        out[i] = float(np.mean(mates)) if mates else l
+    return out
+
 def _wmean(x, w): return float(np.sum(w * x) / np.sum(w)) if len(x) and np.sum(w) > 0 else np.nan
 def _kish(w): return float(np.sum(w) ** 2 / np.sum(w * w)) if len(w) and np.sum(w * w) > 0 else 0.0
 
@@ -195,7 +204,7 @@ def corrected_rates(df:pd.DataFrame, # population frame: one row per item with a
                     dimension:str|None=None, # column grouping groups into dimensions (for Δ); None = one dimension
                     strata:Sequence[str]|None=None, # sampling strata finer than `group` (weights); None = group is the stratum
                     alpha:float=0.05, # 1 - confidence level
-                    lam:float|None=None, # PPI power tuning (None = PPI++)
+                    lam:float|str|None="cross", # PPI++ λ: "cross" = from the other groups' labels, None = its own, 1 = plain PPI
                     min_labels:int=30, # fewer labels in a group: cite the judge-only rate, flagged uncorrected
                     pseudo:float=0.5, # see `ppi_rate`
                     small_sample:bool=True, # see `ppi_rate`
@@ -209,12 +218,19 @@ def corrected_rates(df:pd.DataFrame, # population frame: one row per item with a
     if d.empty: raise ValueError(f"{fn}: no item has a judge verdict in '{yhat}'; nothing to rate")
     dropped = int(np.sum(~np.isnan(Y) & np.isnan(F)))
     keys = [dimension, group] if dimension else [group]
-    rows = []
+    if not (lam is None or lam == "cross" or isinstance(lam, (int, float))):
+        raise ValueError(f"{fn}: lam={lam!r}; use 'cross' (λ from the other groups' labels), None (its own) or a number in [0, 1]")
+    parts = []                       # (dimension, group, verdicts, labels, labelled?, weights, unlabelled weights, empty stratum)
     for kv, sub in d.groupby(keys, sort=True):
         kv = kv if isinstance(kv, tuple) else (kv,)
-        dim, g = (kv if dimension else (None, kv[0]))
         f, yy = sub._f.to_numpy(), sub._y.to_numpy()
         lab = ~np.isnan(yy)
+        parts.append(((kv if dimension else (None, kv[0])), f, yy, lab, *_group_weights(sub, lab, strata)))
+    ok = [min_labels <= lab.sum() < len(f) and e is None for _, f, _, lab, _, _, e in parts]   # the groups PPI corrects
+    own = {i: ppi_lambda(yy[lab], f[lab], f[~lab], w, wu) for i, (_, f, yy, lab, w, wu, _) in enumerate(parts) if ok[i]}
+    lams = (_cross_lambda(own, [p[0][0] for p in parts]) if lam == "cross" else dict.fromkeys(own, lam))
+    rows = []
+    for i, ((dim, g), f, yy, lab, w, wu, empty) in enumerate(parts):
         N, n, k = len(f), int(lab.sum()), int(f.sum())
         jlo, jhi = binom_ci(k, N, alpha)
         row = dict.fromkeys(RATE_COLUMNS, np.nan)
@@ -226,21 +242,19 @@ def corrected_rates(df:pd.DataFrame, # population frame: one row per item with a
             lo, hi = binom_ci(int(yy.sum()), n, alpha)
             row.update(corrected=yy.mean(), corrected_lo=lo, corrected_hi=hi, cite="corrected",
                        corrected_se=(hi - lo) / (2 * special.ndtri(1 - alpha / 2)), status=f"all {n} items labelled (Wilson)")
+        elif empty is not None: row["status"] = f"judge-reported, uncorrected (stratum {empty} of this group has no labels)"
         else:
-            w, wu, empty = _group_weights(sub, lab, strata)
-            if empty is not None: row["status"] = f"judge-reported, uncorrected (stratum {empty} of this group has no labels)"
-            else:
-                r = ppi_rate(yy[lab], f[lab], f[~lab], w=w, w_unlabelled=wu, alpha=alpha, lam=lam, pseudo=pseudo,
-                             small_sample=small_sample)
-                row.update(corrected=r["estimate"], corrected_lo=r["lo"], corrected_hi=r["hi"], corrected_se=r["se"],
-                           lam=r["lam"], cite="corrected", status=f"corrected ({n} labels)")
-                wl = np.ones(n) if w is None else w
-                wuu = np.ones(N - n) if wu is None else wu
-                t, fl = yy[lab], f[lab]
-                pos, neg = t == 1, t == 0
-                sens, spec = _wmean(fl[pos], wl[pos]), _wmean(1 - fl[neg], wl[neg])
-                rg = rogan_gladen(_wmean(f[~lab], wuu), _kish(wuu), sens, _kish(wl[pos]), spec, _kish(wl[neg]), alpha)
-                row.update(sens=sens, spec=spec, rg=rg["estimate"], rg_lo=rg["lo"], rg_hi=rg["hi"])
+            r = ppi_rate(yy[lab], f[lab], f[~lab], w=w, w_unlabelled=wu, alpha=alpha, lam=lams[i], pseudo=pseudo,
+                         small_sample=small_sample)
+            row.update(corrected=r["estimate"], corrected_lo=r["lo"], corrected_hi=r["hi"], corrected_se=r["se"],
+                       lam=r["lam"], cite="corrected", status=f"corrected ({n} labels)")
+            wl = np.ones(n) if w is None else w
+            wuu = np.ones(N - n) if wu is None else wu
+            t, fl = yy[lab], f[lab]
+            pos, neg = t == 1, t == 0
+            sens, spec = _wmean(fl[pos], wl[pos]), _wmean(1 - fl[neg], wl[neg])
+            rg = rogan_gladen(_wmean(f[~lab], wuu), _kish(wuu), sens, _kish(wl[pos]), spec, _kish(wl[neg]), alpha)
+            row.update(sens=sens, spec=spec, rg=rg["estimate"], rg_lo=rg["lo"], rg_hi=rg["hi"])
         rows.append(row)
     if dropped: warnings.warn(f"{fn}: {dropped} labelled item(s) have no judge verdict and are not in the population; they were left out")
     out = pd.DataFrame(rows, columns=RATE_COLUMNS)
