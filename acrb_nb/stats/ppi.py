@@ -155,7 +155,8 @@ def rogan_gladen(p:float, # judge-reported rate on the unlabelled items
 
 # %% ../../nbs/04f_stats.ppi.ipynb #fa33cdc0
 UNCORRECTED = "judge-reported, uncorrected (no human labels)"
-CORRECTED = "corrected = PPI++ (ppi_py) with Agresti–Min pseudo-items and t quantiles; judge_only = Wilson on the judge's verdicts"
+CORRECTED = ("corrected = PPI++ (ppi_py; each group's λ fitted on the other groups' labels) with Agresti–Min pseudo-items and t "
+             "quantiles; judge_only = Wilson on the judge's verdicts")
 RATE_COLUMNS = ["dimension", "group", "n_items", "n_labels", "judge_only", "judge_only_lo", "judge_only_hi",
                 "corrected", "corrected_lo", "corrected_hi", "corrected_se", "lam", "sens", "spec",
                 "rg", "rg_lo", "rg_hi", "cite", "status"]
