@@ -13,6 +13,9 @@ Wilson rates (all printed in the table).
 
 Prints a table and ends with:  RESULT corrected_coverage=<x> uncorrected_coverage=<y>
 Target: corrected_coverage within 0.92–0.98 over >= 200 replicates (default 1000; PPI_BENCH_REPS to change it).
+Measured (1000 replicates, 68–81 s): corrected 0.985 — the lower limit misses 1.3% of the time, the upper 0.2% — and
+uncorrected 0.259; per-group 0.962. It was 0.964 (per-group 0.949) while each value's λ was fitted on its own labels,
+which made the lower limit miss 3.3% of the time; at 200 replicates (nbs/07_validation.ipynb) 0.980.
 """
 import os, time
 

@@ -155,10 +155,20 @@ def rogan_gladen(p:float, # judge-reported rate on the unlabelled items
 
 # %% ../../nbs/04f_stats.ppi.ipynb #fa33cdc0
 UNCORRECTED = "judge-reported, uncorrected (no human labels)"
-CORRECTED = "corrected = PPI++ (ppi_py) with Agresti–Min pseudo-items and t quantiles; judge_only = Wilson on the judge's verdicts"
+CORRECTED = ("corrected = PPI++ (ppi_py; each group's λ fitted on the other groups' labels) with Agresti–Min pseudo-items and t "
+             "quantiles; judge_only = Wilson on the judge's verdicts")
 RATE_COLUMNS = ["dimension", "group", "n_items", "n_labels", "judge_only", "judge_only_lo", "judge_only_hi",
                 "corrected", "corrected_lo", "corrected_hi", "corrected_se", "lam", "sens", "spec",
                 "rg", "rg_lo", "rg_hi", "cite", "status"]
+
+def _cross_lambda(own:dict, dims:list)->dict:
+    """Each group's λ: the mean of the other groups' own λ̂ (`own`: index → λ̂), those of its dimension, else of the table;
+    a group with no other: its own λ̂."""
+    out = {}
+    for i, l in own.items():
+        mates = [v for j, v in own.items() if j != i and dims[j] == dims[i]] or [v for j, v in own.items() if j != i]
+        out[i] = float(np.mean(mates)) if mates else l
+    return out
 
 def _wmean(x, w): return float(np.sum(w * x) / np.sum(w)) if len(x) and np.sum(w) > 0 else np.nan
 def _kish(w): return float(np.sum(w) ** 2 / np.sum(w * w)) if len(w) and np.sum(w * w) > 0 else 0.0
@@ -195,7 +205,7 @@ def corrected_rates(df:pd.DataFrame, # population frame: one row per item with a
                     dimension:str|None=None, # column grouping groups into dimensions (for Δ); None = one dimension
                     strata:Sequence[str]|None=None, # sampling strata finer than `group` (weights); None = group is the stratum
                     alpha:float=0.05, # 1 - confidence level
-                    lam:float|None=None, # PPI power tuning (None = PPI++)
+                    lam:float|str|None="cross", # PPI++ λ: "cross" = from the other groups' labels, None = its own, 1 = plain PPI
                     min_labels:int=30, # fewer labels in a group: cite the judge-only rate, flagged uncorrected
                     pseudo:float=0.5, # see `ppi_rate`
                     small_sample:bool=True, # see `ppi_rate`
@@ -209,12 +219,19 @@ def corrected_rates(df:pd.DataFrame, # population frame: one row per item with a
     if d.empty: raise ValueError(f"{fn}: no item has a judge verdict in '{yhat}'; nothing to rate")
     dropped = int(np.sum(~np.isnan(Y) & np.isnan(F)))
     keys = [dimension, group] if dimension else [group]
-    rows = []
+    if not (lam is None or lam == "cross" or isinstance(lam, (int, float))):
+        raise ValueError(f"{fn}: lam={lam!r}; use 'cross' (λ from the other groups' labels), None (its own) or a number in [0, 1]")
+    parts = []                       # (dimension, group, verdicts, labels, labelled?, weights, unlabelled weights, empty stratum)
     for kv, sub in d.groupby(keys, sort=True):
         kv = kv if isinstance(kv, tuple) else (kv,)
-        dim, g = (kv if dimension else (None, kv[0]))
         f, yy = sub._f.to_numpy(), sub._y.to_numpy()
         lab = ~np.isnan(yy)
+        parts.append(((kv if dimension else (None, kv[0])), f, yy, lab, *_group_weights(sub, lab, strata)))
+    ok = [min_labels <= lab.sum() < len(f) and e is None for _, f, _, lab, _, _, e in parts]   # the groups PPI corrects
+    own = {i: ppi_lambda(yy[lab], f[lab], f[~lab], w, wu) for i, (_, f, yy, lab, w, wu, _) in enumerate(parts) if ok[i]}
+    lams = (_cross_lambda(own, [p[0][0] for p in parts]) if lam == "cross" else dict.fromkeys(own, lam))
+    rows = []
+    for i, ((dim, g), f, yy, lab, w, wu, empty) in enumerate(parts):
         N, n, k = len(f), int(lab.sum()), int(f.sum())
         jlo, jhi = binom_ci(k, N, alpha)
         row = dict.fromkeys(RATE_COLUMNS, np.nan)
@@ -226,21 +243,19 @@ def corrected_rates(df:pd.DataFrame, # population frame: one row per item with a
             lo, hi = binom_ci(int(yy.sum()), n, alpha)
             row.update(corrected=yy.mean(), corrected_lo=lo, corrected_hi=hi, cite="corrected",
                        corrected_se=(hi - lo) / (2 * special.ndtri(1 - alpha / 2)), status=f"all {n} items labelled (Wilson)")
+        elif empty is not None: row["status"] = f"judge-reported, uncorrected (stratum {empty} of this group has no labels)"
         else:
-            w, wu, empty = _group_weights(sub, lab, strata)
-            if empty is not None: row["status"] = f"judge-reported, uncorrected (stratum {empty} of this group has no labels)"
-            else:
-                r = ppi_rate(yy[lab], f[lab], f[~lab], w=w, w_unlabelled=wu, alpha=alpha, lam=lam, pseudo=pseudo,
-                             small_sample=small_sample)
-                row.update(corrected=r["estimate"], corrected_lo=r["lo"], corrected_hi=r["hi"], corrected_se=r["se"],
-                           lam=r["lam"], cite="corrected", status=f"corrected ({n} labels)")
-                wl = np.ones(n) if w is None else w
-                wuu = np.ones(N - n) if wu is None else wu
-                t, fl = yy[lab], f[lab]
-                pos, neg = t == 1, t == 0
-                sens, spec = _wmean(fl[pos], wl[pos]), _wmean(1 - fl[neg], wl[neg])
-                rg = rogan_gladen(_wmean(f[~lab], wuu), _kish(wuu), sens, _kish(wl[pos]), spec, _kish(wl[neg]), alpha)
-                row.update(sens=sens, spec=spec, rg=rg["estimate"], rg_lo=rg["lo"], rg_hi=rg["hi"])
+            r = ppi_rate(yy[lab], f[lab], f[~lab], w=w, w_unlabelled=wu, alpha=alpha, lam=lams[i], pseudo=pseudo,
+                         small_sample=small_sample)
+            row.update(corrected=r["estimate"], corrected_lo=r["lo"], corrected_hi=r["hi"], corrected_se=r["se"],
+                       lam=r["lam"], cite="corrected", status=f"corrected ({n} labels)")
+            wl = np.ones(n) if w is None else w
+            wuu = np.ones(N - n) if wu is None else wu
+            t, fl = yy[lab], f[lab]
+            pos, neg = t == 1, t == 0
+            sens, spec = _wmean(fl[pos], wl[pos]), _wmean(1 - fl[neg], wl[neg])
+            rg = rogan_gladen(_wmean(f[~lab], wuu), _kish(wuu), sens, _kish(wl[pos]), spec, _kish(wl[neg]), alpha)
+            row.update(sens=sens, spec=spec, rg=rg["estimate"], rg_lo=rg["lo"], rg_hi=rg["hi"])
         rows.append(row)
     if dropped: warnings.warn(f"{fn}: {dropped} labelled item(s) have no judge verdict and are not in the population; they were left out")
     out = pd.DataFrame(rows, columns=RATE_COLUMNS)
@@ -359,6 +374,7 @@ def ht_ppi_rate(y, # human labels (0/1) of the group's items, NaN where not labe
                 lam:float|None=1.0, # power tuning: 1 = plain PPI (default), None = estimated (PPI++), 0 = labels only
                 alpha:float=0.05, # 1 - confidence level
                 small_sample:bool=True, # t quantile with n − 1 df
+                borrow:dict|None=None, # prediction cell → residual variance a stratum showing none borrows (`design_rates`)
                )->dict:
     "Horvitz–Thompson PPI++ estimate of a group's rate under any design with known π, its cluster-robust SE and interval."
     y, f, pi = (np.asarray(a, float).reshape(-1) for a in (y, f, pi))
@@ -380,11 +396,51 @@ def ht_ppi_rate(y, # human labels (0/1) of the group's items, NaN where not labe
     est = float(z.mean())
     e = _cluster_sums(z - est, cluster) / N
     se = math.sqrt(C / (C - 1) * float(np.sum(e * e))) if C > 1 else np.nan
+    top = _borrowed_var(y, f, h, l, borrow) if borrow and not poisson and se > 0 else 0.0   # se = 0: no variance at all, not cited
+    se = math.sqrt(se * se + top)
     q = sps.t.ppf(1 - alpha / 2, n - 1) if small_sample else special.ndtri(1 - alpha / 2)
     return {"estimate": est, "lo": max(0.0, est - q * se), "hi": min(1.0, est + q * se), "se": se, "lam": lam_hat,
-            "n": n, "N": N, "q": float(q), "z": z}
+            "n": n, "N": N, "q": float(q), "z": z, "borrowed_var": top}
 
 # %% ../../nbs/04f_stats.ppi.ipynb #3dbb28d7
+def _cells(f, stratum)->dict:
+    "Each fixed-size stratum whose predictions take one or two values (a verdict, a confidence per verdict): stratum → those values."
+    out = {}
+    for h in np.unique(stratum):
+        v = tuple(np.unique(np.round(f[stratum == h], 9)))
+        if len(v) <= 2: out[h] = v
+    return out
+
+def _residual_sums(y, f, stratum, lam:float)->dict:
+    "Labelled residuals y − λf pooled per prediction cell (`_cells`): cell → [count, Σr, Σr²]."
+    out, lab = {}, ~np.isnan(y)
+    for h, v in _cells(f, stratum).items():
+        r = y[(stratum == h) & lab] - lam * f[(stratum == h) & lab]
+        out[v] = out.get(v, np.zeros(3)) + [len(r), r.sum(), (r * r).sum()]
+    return out
+
+def _pooled_var(sums:dict)->dict:
+    "Per prediction cell, the variance (n − 1 divisor) of the residuals pooled in `sums` (`_residual_sums` of other groups)."
+    return {v: max(0.0, (s2 - s1 * s1 / n) / (n - 1)) for v, (n, s1, s2) in sums.items() if n >= 2}   # ≥ 0 (rounding)
+
+def _borrowed_var(y, f, stratum, lam:float, pooled:dict)->float:
+    """Variance a group's stratum borrows when its labelled residuals are all alike (it shows none): Σ_h (N_h/N)²·S_h²/n_h with
+    S_h² the same prediction cell's residual variance pooled over other groups (`pooled`)."""
+    out, lab = 0.0, ~np.isnan(y)
+    for h, v in _cells(f, stratum).items():
+        m = stratum == h
+        r = y[m & lab] - lam * f[m & lab]
+        if len(r) >= 2 and np.ptp(r) == 0 and v in pooled: out += (m.sum() / len(y)) ** 2 * pooled[v] / len(r)
+    return out
+
+def _others(sums:list, dims:list, i:int)->dict:
+    "Residual sums per prediction cell pooled over the groups other than i: those of its dimension, else all the others."
+    js = [j for j in range(len(sums)) if j != i and dims[j] == dims[i]] or [j for j in range(len(sums)) if j != i]
+    out = {}
+    for j in js:
+        for v, s in sums[j].items(): out[v] = out.get(v, 0) + s
+    return out
+
 def _rate_cov(zs:dict, clusters:dict, Ns:dict, scale:dict)->dict:
     """Cluster-robust covariances of group rates from per-item contributions, {group: {group: cov}} over the groups that
     share a cluster (the others are 0): C/(C − 1)·Σ_c e_gc·e_hc, C the clusters of their connected set of groups; each
@@ -422,6 +478,7 @@ def design_rates(df:pd.DataFrame, # population frame: one row per item with a ju
                  alpha:float=0.05, # 1 - confidence level
                  lam:float|None=1.0, # power tuning (1 = plain PPI; None = PPI++, estimated)
                  min_labels:int=10, # fewer labels in a group: judge-only rate cited
+                 borrow:bool=True, # a stratum whose labelled residuals are all alike borrows the other groups' variance there
                 )->pd.DataFrame:
     "Judge-only and design-based (HT PPI++) corrected rate per group; `corrected_cov` holds their covariances for Δ."
     fn = "design_rates"
@@ -441,7 +498,10 @@ def design_rates(df:pd.DataFrame, # population frame: one row per item with a ju
     Ng = np.array([len(ix) for ix in blocks])
     kg = np.array([int(Fd[ix].sum()) for ix in blocks])
     jlo, jhi = binom_ci(kg, Ng, alpha)
-    rows, zs, cls, Ns, qs = [], {}, {}, {}, {}
+    rows, zs, cls, Ns, qs, tops = [], {}, {}, {}, {}, {}
+    lam0 = 1.0 if lam is None else float(lam)
+    sums = [_residual_sums(Yd[ix], Pd[ix], ST[ix], lam0) for ix in blocks] if borrow and not poisson else None
+    dims = [k[0] if dimension else None for k in (n if isinstance(n, tuple) else (n,) for n in names)]
     for i, (kv, ix) in enumerate(zip(names, blocks)):
         kv = kv if isinstance(kv, tuple) else (kv,)
         dim, g = (kv if dimension else (None, kv[0]))
@@ -454,7 +514,8 @@ def design_rates(df:pd.DataFrame, # population frame: one row per item with a ju
         elif n < min_labels: row["status"] = f"judge-reported, uncorrected (only {n} labels; min_labels = {min_labels})"
         else:
             cl = CL[ix] if cluster else None
-            r = ht_ppi_rate(yy, Pd[ix], PI[ix], stratum=ST[ix], poisson=poisson, cluster=cl, lam=lam, alpha=alpha)
+            r = ht_ppi_rate(yy, Pd[ix], PI[ix], stratum=ST[ix], poisson=poisson, cluster=cl, lam=lam, alpha=alpha,
+                            borrow=_pooled_var(_others(sums, dims, i)) if sums else None)
             if not r["se"] > 0:   # every labelled residual alike: no variance to estimate, no interval to cite
                 rows.append({**row, "status": f"judge-reported, uncorrected ({n} labels, every residual alike: the design-based "
                                               "variance is 0; label more)"})
@@ -464,10 +525,11 @@ def design_rates(df:pd.DataFrame, # population frame: one row per item with a ju
             t, fl = yy[~np.isnan(yy)], f[~np.isnan(yy)]
             wl = 1 / PI[ix][~np.isnan(yy)]
             row.update(sens=_wmean(fl[t == 1], wl[t == 1]), spec=_wmean(1 - fl[t == 0], wl[t == 0]))
-            zs[g], cls[g], Ns[g], qs[g] = r["z"], CL[ix], N, r["q"]
+            zs[g], cls[g], Ns[g], qs[g], tops[g] = r["z"], CL[ix], N, r["q"], r["borrowed_var"]
         rows.append(row)
     out = pd.DataFrame(rows, columns=RATE_COLUMNS)
     z = special.ndtri(1 - alpha / 2)            # the t quantiles' small-sample widening carried into Δ
     V = _rate_cov(zs, cls, Ns, {g: q / z for g, q in qs.items()}) if zs else {}
+    for g, t in tops.items(): V[g][g] += t * (qs[g] / z) ** 2     # the borrowed variance (a value's own)
     out["corrected_cov"] = [V.get(g) for g in out.group]   # covariances with the groups it shares prompts with
     return out if dimension else out.drop(columns="dimension")
