@@ -12,7 +12,7 @@ and `pytest_terminal_summary` prints one line per area, e.g.
 
 `-m "not slow"` deselects the long cases for a quick local run; CI runs everything (`pytest tests/`).
 """
-import json, os
+import functools, json, os, re
 from collections import defaultdict
 from pathlib import Path
 
@@ -108,6 +108,17 @@ def _is_ray_test(nodeid: str) -> bool:
     return nodeid.split("::")[0].rsplit("/", 1)[-1].startswith("test_ray")
 
 
+_MODULE_FIXTURES = re.compile(r"@pytest\.fixture\(\s*scope\s*=\s*[\"'](module|package|session)[\"']")
+
+
+@functools.lru_cache(maxsize=None)
+def _shares_fixtures(module: str) -> bool:
+    "Whether a test module defines a fixture that lives longer than a test (a render, a run, a browser it computes once)."
+    p = Path(__file__).resolve().parent.parent / module
+    try: return bool(_MODULE_FIXTURES.search(p.read_text(encoding="utf-8")))
+    except OSError: return False
+
+
 def pytest_collection_modifyitems(config, items):
     "The Ray group is made of the test_ray* modules (see the scheduler below): a test using `local_ray` must live in one."
     stray = [i.nodeid for i in items if "local_ray" in getattr(i, "fixturenames", ()) and not _is_ray_test(i.nodeid)]
@@ -119,13 +130,18 @@ def pytest_xdist_make_scheduler(config, log):
     (two Ray clusters on 2 cores would each starve the other), while the other worker runs the servers, subprocesses
     and kills. xdist 3.8 groups by a suffix it writes into `item._nodeid`, which pytest 9 no longer reads (its node
     ids live in `_id`), so `xdist_group` marks would silently form no group; this scheduler groups the test_ray* modules
-    by their names."""
+    by their names. A module with a fixture that outlives a test (scope module or longer) is a group too: its tests
+    share that fixture only on one worker."""
     if config.getvalue("dist") != "loadgroup": return None
     from xdist.scheduler import LoadGroupScheduling
 
     class RayGroupScheduling(LoadGroupScheduling):
         def _split_scope(self, nodeid):
-            return RAY_GROUP if _is_ray_test(nodeid) else super()._split_scope(nodeid)
+            if _is_ray_test(nodeid): return RAY_GROUP
+            module = nodeid.split("::")[0]
+            # a module whose fixtures outlive a test goes whole to one worker: split over two, each worker computed them
+            # (measured: the hostile reports of test_report_pages, 49 s, twice; test_compare's runs and test_pages' audit)
+            return module if _shares_fixtures(module) else super()._split_scope(nodeid)
     return RayGroupScheduling(config, log)
 
 

@@ -6,13 +6,12 @@ as a new user would:
 
 - `-p model sim -p mode i2i` and nothing else runs; the report says how many source images were checked, kept and
   excluded, and every kept one holds a person the detector finds (checked on the shipped set through the library);
-- `-p source_dir faces/` (relative to where the user runs) with photographs of people and one image without a person:
-  that image is excluded, counted and named, and never edited;
 - a folder without a person stops before any model call (counted at a loopback server standing in for the API);
-- (issue 48, item 5) a folder of the user's own files of every kind — a truncated JPEG, a text file named .jpg, a
-  zero-byte file, bytes Pillow cannot decode, TIFF and WebP copies, a 6000 x 6000 photograph — renders: each
-  unreadable file is excluded with its reason and listed like a photograph without a person, the others are read,
-  the large one at 1024 px (sources.csv gives both sizes);
+- `-p source_dir mine` (relative to where the user runs), a folder of the user's own files of every kind —
+  photographs of people, an image without a person, and (issue 48, item 5) a truncated JPEG, a text file named .jpg, a
+  zero-byte file, bytes Pillow cannot decode, TIFF and WebP copies, a 6000 x 6000 photograph — renders in one report:
+  the image without a person is excluded, counted and named, each unreadable file is excluded with its reason and
+  listed like it, none is ever edited, the others are read, the large one at 1024 px (sources.csv gives both sizes);
 - plan-only prices the requested run: its calls are the calls a real run of the same parameters makes, and every
   number is rounded for people.
 """
@@ -83,28 +82,6 @@ def test_i2i_defaults_run_on_photographs_of_people(tmp_path):
     assert set(s3.source_id) <= set(srcs.source_id[srcs.kept])
 
 
-def test_users_own_folder_relative_path_person_check(tmp_path):
-    faces = tmp_path / "faces"
-    faces.mkdir()
-    for p in sorted(PEOPLE.glob("*.jpg")): shutil.copy(p, faces / p.name)
-    shutil.copy(PUBLIC / "coins.jpg", faces / "coins.jpg")               # no person: excluded, counted, named
-    r = cli("-p", "model", "sim", "-p", "mode", "i2i", "-p", "source_dir", "faces/", "-p", "attributes", "gender",
-            "-p", "n_base_prompts", "6", "-p", "n_boot", "200", cwd=tmp_path)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    text = text_of(report_file(tmp_path / "reports", "acrb", "sim"))
-    m = SOURCES_LINE.search(text)
-    assert m and tuple(map(int, m.groups())) == (4, 3, 1), m and m.group(0)
-    assert re.search(r"Excluded, and never edited: coins\.jpg \(no face found", text)
-    spec = json.loads(only(tmp_path, "spec.json").read_text())
-    assert Path(spec["params"]["source_dir"]) == faces.resolve()               # the user's folder, not one under nbs/
-    srcs = pd.read_csv(only(tmp_path, "sources.csv")).set_index("source_id")
-    assert not srcs.kept["coins.jpg"] and srcs.reason["coins.jpg"].startswith("excluded: no face found")
-    assert srcs.kept.drop("coins.jpg").all()
-    s3 = pd.read_parquet(only(tmp_path, "stage3_evaluation.parquet"))
-    assert "coins.jpg" not in set(s3.source_id) and s3.source_id.nunique() == 3
-    assert len(s3) == 6 * 4                                                    # 6 base prompts × (3 gender values + neutral)
-
-
 def test_folder_without_a_person_stops_before_any_call(tmp_path):
     things = tmp_path / "things"
     things.mkdir()
@@ -148,31 +125,52 @@ def _own_files(folder: Path) -> dict:
             "hopper_6000.jpg": (True, (6000, 6000, 1024, 1024))}
 
 
-def test_own_folder_with_unreadable_tiff_webp_and_large_files_renders(tmp_path):
-    "One report over every case: unreadable files excluded with their reason, TIFF and WebP read, 6000 px reduced to 1024."
-    faces = tmp_path / "mine"
+@pytest.fixture(scope="module")
+def own_folder(tmp_path_factory):
+    """One report over every case of a user's own folder, given relative to where the user runs (`-p source_dir mine`):
+    photographs of people, an image without a person (coins.jpg) and the files of `_own_files`. Two tests read it (one
+    render, not two: issue 50)."""
+    cwd = tmp_path_factory.mktemp("own")
+    faces = cwd / "mine"
     faces.mkdir()
     for p in sorted(PEOPLE.glob("*.jpg")): shutil.copy(p, faces / p.name)
+    shutil.copy(PUBLIC / "coins.jpg", faces / "coins.jpg")               # no person: excluded, counted, named
     cases = _own_files(faces)
     r = cli("-p", "model", "sim", "-p", "mode", "i2i", "-p", "source_dir", "mine", "-p", "attributes", "gender",
-            "-p", "n_base_prompts", "7", "-p", "n_boot", "200", cwd=tmp_path)  # 7 photographs of people: every one checked
+            "-p", "n_base_prompts", "7", "-p", "n_boot", "200", cwd=cwd)  # 7 photographs of people: every one checked
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    srcs = pd.read_csv(only(tmp_path, "sources.csv")).set_index("source_id")
-    assert sorted(srcs.index) == sorted([*cases, "astronaut.jpg", "camera.jpg", "grace_hopper.jpg"])
+    srcs = pd.read_csv(only(cwd, "sources.csv")).set_index("source_id")
+    return dict(cwd=cwd, faces=faces, cases=cases, srcs=srcs, text=text_of(report_file(cwd / "reports", "acrb", "sim")),
+                s3=pd.read_parquet(only(cwd, "stage3_evaluation.parquet")))
+
+
+def test_users_own_folder_relative_path_person_check(own_folder):
+    "The folder relative to where the user runs; the image without a person excluded, counted, named and never edited."
+    o = own_folder
+    spec = json.loads(only(o["cwd"], "spec.json").read_text())
+    assert Path(spec["params"]["source_dir"]) == o["faces"].resolve()          # the user's folder, not one under nbs/
+    srcs, text, s3 = o["srcs"], o["text"], o["s3"]
+    assert sorted(srcs.index) == sorted([*o["cases"], "astronaut.jpg", "camera.jpg", "grace_hopper.jpg", "coins.jpg"])
+    assert not srcs.kept["coins.jpg"] and srcs.readable["coins.jpg"] and srcs.reason["coins.jpg"].startswith("excluded: no face found")
+    m = SOURCES_LINE.search(text)
+    assert m and tuple(map(int, m.groups())) == (8, 7, 1), m and m.group(0)   # 3 shipped people + 4 readable copies, coins
+    assert "coins.jpg (no face found" in text[text.index("Excluded, and never edited:"):]
+    assert "coins.jpg" not in set(s3.source_id) and len(s3) == 7 * 4                # 7 base prompts × (3 gender values + neutral)
+
+
+def test_own_folder_with_unreadable_tiff_webp_and_large_files_renders(own_folder):
+    "Unreadable files excluded with their reason and listed, TIFF and WebP read, 6000 px reduced to 1024."
+    cases, srcs, text, s3 = own_folder["cases"], own_folder["srcs"], own_folder["text"], own_folder["s3"]
     for name, (kept, what) in cases.items():
         row = srcs.loc[name]
         assert bool(row.kept) == kept and bool(row.readable) == kept, (name, row.to_dict())
         if kept: assert tuple(int(row[c]) for c in ("width", "height", "used_width", "used_height")) == what, (name, row.to_dict())
         else: assert row.reason.startswith(what) and row.reason.endswith("replace or remove the file"), (name, row.reason)
-    text = text_of(report_file(tmp_path / "reports", "acrb", "sim"))
-    m = SOURCES_LINE.search(text)
-    assert m and tuple(map(int, m.groups())) == (7, 7, 0), m and m.group(0)
-    assert "7 kept, 0 excluded (no person found), 4 excluded (unreadable)" in text
+    assert "7 kept, 1 excluded (no person found), 4 excluded (unreadable)" in text
     gone = text[text.index("Excluded, and never edited:"):]
     for name, (kept, what) in cases.items():
         if not kept: assert f"{name} ({what.removeprefix('excluded: ')}" in gone, name   # listed with its reason
     assert "hopper_6000.jpg (6000×6000 → 1024×1024)" in text
-    s3 = pd.read_parquet(only(tmp_path, "stage3_evaluation.parquet"))
     assert set(s3.source_id) == set(srcs.index[srcs.kept]) and not set(s3.source_id) & {n for n, (k, _) in cases.items() if not k}
 
 # ------------------------------------------------------------------------------------------------------ item 4
