@@ -238,12 +238,14 @@ def _git(args, cwd):
 
 def git_info(path=None, # a folder inside the repository (default: this package's folder)
             )->dict:
-    "Commit hash and dirty flag of the git work tree holding `path` (empty when not a git checkout)."
+    """Commit hash and dirty flag of the git work tree holding `path` (empty when not a git checkout). Dirty means a tracked
+    file differs from the commit; the published reports (`reports/` at the top) do not count: `make report` rewrites
+    them one after the other, and a report is not made from them."""
     here = globals().get("__file__")  # undefined when this cell runs inside a notebook
     cwd = Path(path) if path else (Path(here).resolve().parent if here else Path.cwd())
     commit = _git(["rev-parse", "HEAD"], cwd)
     if not commit: return {"commit": None, "dirty": None}
-    return {"commit": commit, "dirty": bool(_git(["status", "--porcelain", "--untracked-files=no"], cwd))}
+    return {"commit": commit, "dirty": bool(_git(["status", "--porcelain", "--untracked-files=no", "--", ":/", ":(top,exclude)reports"], cwd))}
 
 # %% ../nbs/00_core.ipynb #4bb880d9
 def package_versions(packages=KEY_PACKAGES, # distribution names
