@@ -245,8 +245,8 @@ def git_info(path=None, # a folder inside the repository (default: this package'
     cwd = Path(path) if path else (Path(here).resolve().parent if here else Path.cwd())
     commit = _git(["rev-parse", "HEAD"], cwd)
     if not commit: return {"commit": None, "dirty": None}
-    changed = _git(["status", "--porcelain", "--untracked-files=no", "--", ":/", ":(top,exclude)reports"], cwd)
-    return {"commit": commit, "dirty": bool(changed)}
+    changed = _git(["diff", "--name-only", "HEAD"], cwd).splitlines()   # staged or not; paths from the top of the work tree
+    return {"commit": commit, "dirty": any(not p.startswith("reports/") for p in changed)}
 
 # %% ../nbs/00_core.ipynb #4bb880d9
 def package_versions(packages=KEY_PACKAGES, # distribution names
